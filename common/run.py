@@ -1,0 +1,132 @@
+"""Run plumbing: Accelerate setup, seeding, the run directory, metrics, checkpoints and resume.
+
+Checkpoint layout (`{run_dir}/checkpoints/step-{N}/`):
+    model/     the policy in Hugging Face format (transformers and vLLM load it as is)
+    state/     `accelerator.save_state`: weights, optimizer, scheduler and every process's RNGs
+    meta.json  step and args; written last, then the folder is renamed from `.tmp-step-{N}`,
+               so a kill during the save never damages (or replaces) the previous checkpoint.
+The position in the data needs no state: the prompts of step N are a function of (seed, N).
+"""
+
+import dataclasses
+import json
+import os
+import random
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+
+
+def make_accelerator(args) -> Accelerator:
+    """bf16 on GPU, fp32 on CPU (CPUs here have no native bf16: ~400x slower)."""
+    cuda = torch.cuda.is_available()
+    # cpu=True makes a multi-process CPU launch a real gloo process group; without it the
+    # processes run as independent copies that never average gradients (DESIGN.md).
+    log_with = None if args.track in (None, "none") else args.track
+    return Accelerator(cpu=not cuda, mixed_precision="bf16" if cuda else "no", log_with=log_with)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    set_seed(seed)
+
+
+def make_run_dir(accelerator, script: str, args) -> Path:
+    """`{output_dir}/{script}__{seed}__{time}` unless --run-name is given; the same on every process."""
+    name = args.run_name or f"{script}__{args.seed}__{int(time.time())}"
+    name = accelerator.gather_for_metrics([name], use_gather_object=True)[0] if accelerator.num_processes > 1 else name
+    run_dir = Path(args.output_dir) / name
+    if accelerator.is_main_process:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "args.json").write_text(json.dumps(dataclasses.asdict(args), indent=2, default=str))
+        if args.track not in (None, "none"):
+            accelerator.init_trackers(name, config=dataclasses.asdict(args))
+    return run_dir
+
+
+def log_metrics(accelerator, run_dir: Path, step: int, metrics: dict[str, float]) -> None:
+    """Append one JSON line to `metrics.jsonl` (main process) and forward to the trackers."""
+    if accelerator.is_main_process:
+        with open(run_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps({"step": step, **metrics}) + "\n")
+    accelerator.log(metrics, step=step)
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    done = [p for p in (run_dir / "checkpoints").glob("step-*") if (p / "meta.json").exists()]
+    return max(done, key=lambda p: int(p.name.split("-")[1]), default=None)
+
+
+def save_checkpoint(accelerator, run_dir: Path, step: int, model, tokenizer, args, keep: int) -> Path:
+    """Write checkpoint `step` atomically and keep the newest `keep` ones."""
+    root = run_dir / "checkpoints"
+    tmp, final = root / f".tmp-step-{step}", root / f"step-{step}"
+    if accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)  # leftovers of a save that was killed
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(tmp / "state"))
+    state_dict = accelerator.get_state_dict(model)  # gathers shards (FSDP, ZeRO-3) on every process
+    if accelerator.is_main_process:
+        state_dict = {k.removeprefix("lm."): v for k, v in state_dict.items()}
+        accelerator.unwrap_model(model).lm.save_pretrained(tmp / "model", state_dict=state_dict)
+        tokenizer.save_pretrained(tmp / "model")
+        (tmp / "meta.json").write_text(json.dumps({"step": step, "args": dataclasses.asdict(args)}, default=str))
+        os.replace(tmp, final)
+        ckpts = sorted((p for p in root.glob("step-*")), key=lambda p: int(p.name.split("-")[1]))
+        for old in ckpts[:-keep] if keep > 0 else []:
+            shutil.rmtree(old)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def load_checkpoint(accelerator, ckpt: Path) -> int:
+    """Restore weights, optimizer, scheduler and RNGs; return the step to continue from."""
+    accelerator.load_state(str(ckpt / "state"))
+    return json.loads((ckpt / "meta.json").read_text())["step"]
+
+
+def all_gather(x: torch.Tensor) -> torch.Tensor:
+    """Concatenate a tensor (same shape on every process) over all processes; identity when alone."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return x
+    parts = [torch.empty_like(x) for _ in range(torch.distributed.get_world_size())]
+    torch.distributed.all_gather(parts, x.contiguous())
+    return torch.cat(parts)
+
+
+def check_args(args) -> None:
+    """Reject bad flag values before any model or data is loaded; each error names its flag."""
+    from common.model import check_model
+
+    def need(ok: bool, flag: str, why: str) -> None:
+        if not ok:
+            raise ValueError(f"--{flag.replace('_', '-')} {getattr(args, flag)!r}: {why}")
+
+    check_model(args.model)
+    need(args.group_size >= 2, "group_size", "needs at least 2 samples per prompt (advantages compare within a group)")
+    need(args.prompts_per_step >= 1, "prompts_per_step", "must be positive")
+    need(args.total_steps >= 1, "total_steps", "must be positive")
+    need(args.max_new_tokens >= 1, "max_new_tokens", "must be positive")
+    need(args.temperature > 0, "temperature", "must be > 0 (log-probs divide the logits by it)")
+    need(0 < args.top_p <= 1, "top_p", "must be in (0, 1]")
+    need(args.top_k >= 0, "top_k", "must be >= 0 (0 = off)")
+    need(args.learning_rate > 0, "learning_rate", "must be positive")
+    need(args.backend in ("auto", "vllm", "hf"), "backend", "must be auto, vllm or hf")
+    need(args.template in ("chat", "plain"), "template", "must be chat or plain")
+    need(args.ppo_epochs >= 1, "ppo_epochs", "must be positive")
+    need(args.num_mini_batches >= 1, "num_mini_batches", "must be positive")
+    need(args.micro_batch_tokens >= 1, "micro_batch_tokens", "must be positive")
+    need(args.eval_every >= 1 and args.save_every >= 1, "eval_every", "--eval-every and --save-every must be positive")
+    need(not args.resume or args.run_name is not None, "resume", "needs --run-name (the run to continue)")
+    for flag in ("clip_eps", "clip_eps_low", "clip_eps_high"):
+        if hasattr(args, flag):
+            need(0 < getattr(args, flag) < 1, flag, "must be in (0, 1)")
+    if hasattr(args, "beta"):
+        need(args.beta >= 0, "beta", "must be >= 0")

@@ -1,0 +1,200 @@
+"""The PPO update machinery every script shares: log-probs, micro-batches, the exact optimizer step.
+
+Batch layout: a dict of tensors, one row per sample (prompt + completion, right-padded):
+    input_ids       [N, T]  prompt tokens then completion tokens then padding
+    attention_mask  [N, T]  1 on prompt and completion tokens
+    response_mask   [N, T]  1 on completion tokens only (the tokens the loss sees)
+    ...             [N, T] or [N]  per-token or per-sample tensors the script adds
+                            (old_logprobs, advantages, ...)
+`logprobs[n, t]` is log p(input_ids[n, t] | input_ids[n, :t]): aligned with input_ids, so the
+same response_mask selects tokens, log-probs and advantages.
+
+Exact aggregation (DESIGN.md): the loss of a micro-batch is its token (or sequence) sum divided by
+the token (or sequence) count of the global batch, summed over micro-batches by gradient
+accumulation, and multiplied by the number of processes because DDP averages gradients. Any
+micro-batch split on any number of processes then gives the gradient of the full batch.
+"""
+
+import math
+from collections.abc import Callable
+from contextlib import nullcontext
+
+import torch
+import torch.nn.functional as F
+from accelerate.utils import DistributedType
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+
+class LogprobModel(nn.Module):
+    """A causal LM whose forward returns per-token log-probs (and entropy), never full logits.
+
+    A wrapper, not a function, because DDP and FSDP only synchronize gradients of work done inside
+    the forward of the module they wrap: `accelerator.prepare` wraps this module.
+    """
+
+    def __init__(self, lm: nn.Module, chunk_size: int = 1024):
+        super().__init__()
+        self.lm = lm
+        self.chunk_size = chunk_size  # response tokens whose logits exist at once
+
+    def forward(self, input_ids, attention_mask, response_mask, temperature: float = 1.0):
+        backbone = getattr(self.lm, self.lm.base_model_prefix)
+        hidden = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # [B, T, H]
+        # the hidden state at t-1 predicts token t; only response tokens need a distribution
+        targets_mask = response_mask[:, 1:].bool()  # [B, T-1]
+        h = hidden[:, :-1][targets_mask]  # [M, H]
+        targets = input_ids[:, 1:][targets_mask]  # [M]
+        lm_head = self.lm.get_output_embeddings()
+        logps, entropies = [], []
+        for i in range(0, h.shape[0], self.chunk_size):
+            args = (h[i : i + self.chunk_size], targets[i : i + self.chunk_size], lm_head.weight, lm_head.bias, temperature)
+            if torch.is_grad_enabled():  # recompute the chunk's logits in backward instead of keeping them
+                lp, ent = checkpoint(_chunk_logprobs, *args, use_reentrant=False)
+            else:
+                lp, ent = _chunk_logprobs(*args)
+            logps.append(lp)
+            entropies.append(ent)
+        logprobs = hidden.new_zeros(input_ids.shape)  # [B, T]
+        entropy = hidden.new_zeros(input_ids.shape)
+        logprobs[:, 1:][targets_mask] = torch.cat(logps) if logps else h.new_zeros(0)
+        entropy[:, 1:][targets_mask] = torch.cat(entropies).detach() if entropies else h.new_zeros(0)
+        return logprobs, entropy
+
+
+def _chunk_logprobs(h, targets, weight, bias, temperature: float):
+    logits = F.linear(h, weight, bias).float() / temperature  # [c, V]
+    lse = torch.logsumexp(logits, dim=-1)  # [c]
+    logp = logits.gather(-1, targets[:, None]).squeeze(-1) - lse
+    with torch.no_grad():  # entropy is a metric: keep it out of the graph
+        entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+    return logp, entropy
+
+
+def micro_batches(lengths: torch.Tensor, token_budget: int) -> list[torch.Tensor]:
+    """Split row indices into micro-batches of at most `token_budget` padded tokens.
+
+    Rows are sorted by length so that each micro-batch pads to a similar length (little waste);
+    a single row longer than the budget still gets a micro-batch of its own.
+    """
+    order = torch.argsort(lengths, descending=True).tolist()
+    batches, current, width = [], [], 0
+    for i in order:
+        new_width = max(width, int(lengths[i]))
+        if current and new_width * (len(current) + 1) > token_budget:
+            batches.append(torch.tensor(current))
+            current, new_width = [], int(lengths[i])
+        current.append(i)
+        width = new_width
+    if current:
+        batches.append(torch.tensor(current))
+    return batches
+
+
+def select(batch: dict[str, torch.Tensor], idx: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Rows `idx` of every tensor in `batch`, trimmed to the longest of those rows."""
+    width = int(batch["attention_mask"][idx].sum(-1).max())
+    return {k: v[idx][:, :width] if v.dim() > 1 else v[idx] for k, v in batch.items()}
+
+
+@torch.no_grad()
+def compute_logprobs(model: nn.Module, batch: dict[str, torch.Tensor], token_budget: int, temperature: float):
+    """Per-token log-probs [N, T] of the batch's response tokens, by micro-batches, without grad."""
+    logprobs = torch.zeros_like(batch["input_ids"], dtype=torch.float32)
+    for idx in micro_batches(batch["attention_mask"].sum(-1), token_budget):
+        mb = select(batch, idx)
+        lp, _ = model(mb["input_ids"], mb["attention_mask"], mb["response_mask"], temperature)
+        logprobs[idx, : lp.shape[1]] = lp.float()
+    return logprobs
+
+
+def global_sum(accelerator, x: float) -> float:
+    """Sum a number over all processes."""
+    t = torch.tensor(float(x), device=accelerator.device)
+    return accelerator.reduce(t, reduction="sum").item() if accelerator.num_processes > 1 else t.item()
+
+
+LossFn = Callable[[dict[str, torch.Tensor], float, float], tuple[torch.Tensor, dict[str, float]]]
+
+
+def ppo_step(accelerator, model, optimizer, scheduler, batch, loss_fn: LossFn, token_budget: int, max_grad_norm: float) -> dict[str, float]:
+    """One optimizer step over this process's `batch`, exact under any micro-batch split.
+
+    `loss_fn(mb, num_tokens, num_seqs) -> (loss, stats)` must divide its token (or sequence) sums by
+    `num_tokens` (or `num_seqs`), the counts of the GLOBAL batch, and return stats normalized the
+    same way: summed over micro-batches and processes, they are then global-batch means.
+    """
+    num_tokens = global_sum(accelerator, batch["response_mask"].sum())
+    num_seqs = global_sum(accelerator, batch["response_mask"].shape[0])
+    stats: dict[str, float] = {}
+    mbs = micro_batches(batch["attention_mask"].sum(-1), token_budget)
+    for i, idx in enumerate(mbs):
+        # all-reduce gradients once, on the last micro-batch; each process has at least one
+        last = i == len(mbs) - 1
+        if accelerator.distributed_type == DistributedType.DEEPSPEED:
+            accelerator.sync_gradients = last  # DeepSpeed steps inside backward, at the boundary only
+        with nullcontext() if last else accelerator.no_sync(model):
+            loss, mb_stats = loss_fn(select(batch, idx), num_tokens, num_seqs)
+            accelerator.backward(loss * accelerator.num_processes)  # DDP averages; we want the sum
+        for k, v in mb_stats.items():
+            stats[k] = stats.get(k, 0.0) + float(v)
+    grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    stats = {k: global_sum(accelerator, v) for k, v in stats.items()}
+    stats["losses/grad_norm"] = float("nan") if grad_norm is None else float(grad_norm)  # None under DeepSpeed
+    return stats
+
+
+def ppo_update(accelerator, model, optimizer, scheduler, batch, loss_fn: LossFn, *, epochs: int, num_mini_batches: int,
+               token_budget: int, max_grad_norm: float, seed: int) -> dict[str, float]:
+    """`epochs` passes over the batch, each split into `num_mini_batches` optimizer steps.
+
+    Mini-batches are a seeded shuffle of whole samples; each optimizer step is exact (`ppo_step`).
+    Returns the stats of all steps, averaged.
+    """
+    n = batch["input_ids"].shape[0]
+    if n % num_mini_batches:
+        raise ValueError(f"--num-mini-batches {num_mini_batches} must divide the {n} samples per process")
+    generator = torch.Generator().manual_seed(seed)
+    totals: dict[str, float] = {}
+    steps = 0
+    for _ in range(epochs):
+        perm = torch.randperm(n, generator=generator) if num_mini_batches > 1 else torch.arange(n)
+        for idx in perm.chunk(num_mini_batches):
+            mini = {k: v[idx] for k, v in batch.items()}
+            for k, v in ppo_step(accelerator, model, optimizer, scheduler, mini, loss_fn, token_budget, max_grad_norm).items():
+                totals[k] = totals.get(k, 0.0) + v
+            steps += 1
+    return {k: v / steps for k, v in totals.items()}
+
+
+def build_optimizer(model: nn.Module, lr: float, weight_decay: float, warmup_steps: int, total_steps: int, schedule: str):
+    """AdamW with linear warmup, then constant or cosine decay to 10% of `lr`."""
+    if schedule not in ("constant", "cosine"):
+        raise ValueError(f"--lr-schedule must be 'constant' or 'cosine', got {schedule!r}")
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay)
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        if schedule == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def make_batch(prompt_ids: list[list[int]], completion_ids: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded [N, T] tensors (input_ids, attention_mask, response_mask) from token lists."""
+    lengths = [len(p) + len(c) for p, c in zip(prompt_ids, completion_ids)]
+    input_ids = torch.full((len(lengths), max(lengths)), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    response_mask = torch.zeros_like(input_ids)
+    for i, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
+        input_ids[i, : len(p) + len(c)] = torch.tensor(p + c)
+        attention_mask[i, : len(p) + len(c)] = 1
+        response_mask[i, len(p) : len(p) + len(c)] = 1
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "response_mask": response_mask}
