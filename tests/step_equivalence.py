@@ -17,7 +17,7 @@ from accelerate import Accelerator
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common.update import LogprobModel, build_optimizer, compute_logprobs, make_batch, ppo_update  # noqa: E402
+from common.update import LogprobModel, compute_logprobs, make_batch, ppo_update  # noqa: E402
 
 PROMPTS, GROUP, VOCAB = 4, 4, 128
 
@@ -50,7 +50,10 @@ def run(algo: str, token_budget: int = 10**6) -> tuple[dict[str, torch.Tensor], 
     share = slice(rank * len(rewards) // world, (rank + 1) * len(rewards) // world)
     args = script.Args(group_size=GROUP, clip_eps=0.2) if hasattr(script.Args, "clip_eps") else script.Args(group_size=GROUP)
     model = LogprobModel(tiny_lm())
-    optimizer, scheduler = build_optimizer(model, 1e-2, 0.0, 0, 1, "constant")
+    # SGD with lr 1: the update IS the gradient. (Adam's first step, g / (|g| + eps), would amplify
+    # float round-off in near-zero gradient entries into lr-sized differences.)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     model, optimizer = accelerator.prepare(model, optimizer)
     batch = make_batch(prompts[share], completions[share], pad_id=0)
     batch["advantages"] = script.compute_advantages(rewards[share], GROUP)
