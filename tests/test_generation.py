@@ -1,0 +1,179 @@
+"""Generation engines: vLLM and HF agree, weight sync, sampler log-probs, truncation, seeding.
+
+All vLLM tests share the session's one engine (`vllm_engine`, conftest.py); a test that changes its
+weights puts the original ones back.
+"""
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from common.generation import Completion, HFEngine, SamplingConfig, _full_weights, _hf_name, make_engine
+
+VLLM_TIMEOUT = pytest.mark.timeout(300)  # the first vLLM test pays the engine start (30-60 s on 2 cores)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_path):
+    return AutoTokenizer.from_pretrained(tiny_model_path)
+
+
+@pytest.fixture
+def model(tiny_model_path):
+    """A fresh copy of the tiny model per test, as the trainer would hold it (fp32, train mode)."""
+    return AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).train()
+
+
+@pytest.fixture(scope="module")
+def prompts(tokenizer) -> list[list[int]]:
+    """8 chat prompts of different lengths (so HF batches are left-padded)."""
+    questions = [f"What is {a} + {b}?" for a, b in [(1, 2), (17, 5), (123, 456), (9, 99), (40, 2), (7, 777),
+                                                    (31, 13), (2, 2024)]]
+    questions[3] += " Think step by step, then put the answer in \\boxed{}."
+    return [tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)["input_ids"]
+            for q in questions]
+
+
+def recomputed_logprobs(model, prompt: list[int], completion: list[int], temperature: float) -> torch.Tensor:
+    """What the trainer computes: log_softmax(logits / T) of each response token, one full forward pass."""
+    ids = torch.tensor([prompt + completion])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt) - 1:-1].float()  # [T, V]: position t predicts token t+1
+    return (logits / temperature).log_softmax(-1).gather(-1, torch.tensor(completion)[:, None]).squeeze(-1)
+
+
+def check_stops(completions: list[Completion], eos_id: int, max_new_tokens: int) -> None:
+    for c in completions:
+        if c.truncated:
+            assert len(c.token_ids) == max_new_tokens and eos_id not in c.token_ids
+        else:
+            assert c.token_ids[-1] == eos_id and eos_id not in c.token_ids[:-1]
+            assert len(c.token_ids) <= max_new_tokens
+
+
+@VLLM_TIMEOUT
+def test_greedy_backends_agree(vllm_engine, model, tokenizer, prompts):
+    greedy = SamplingConfig(max_new_tokens=24, temperature=0)
+    from_vllm = vllm_engine.generate(prompts, 1, greedy)
+    from_hf = HFEngine(model, tokenizer).generate(prompts, 1, greedy)
+    assert [c.token_ids for c in from_vllm] == [c.token_ids for c in from_hf]
+    assert [c.text for c in from_vllm] == [c.text for c in from_hf]
+    assert [c.truncated for c in from_vllm] == [c.truncated for c in from_hf]
+    # The comparison is meaningful: long completions, and both ways of stopping occur.
+    assert sum(len(c.token_ids) >= 16 for c in from_hf) >= 4
+    assert any(c.truncated for c in from_hf) and not all(c.truncated for c in from_hf)
+    check_stops(from_vllm, tokenizer.eos_token_id, 24)
+    check_stops(from_hf, tokenizer.eos_token_id, 24)
+    # HF batching (left padding across chunks) does not change greedy outputs; train mode is restored.
+    assert [c.token_ids for c in HFEngine(model, tokenizer, batch_size=3).generate(prompts, 1, greedy)] == \
+        [c.token_ids for c in from_hf]
+    assert model.training
+
+
+@VLLM_TIMEOUT
+def test_sync_weights_follows_trainer(vllm_engine, model, tokenizer, prompts, tiny_model_path):
+    greedy = SamplingConfig(max_new_tokens=24, temperature=0)
+    before = [c.token_ids for c in vllm_engine.generate(prompts, 1, greedy)]
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # a seeded "training step": large enough to change greedy paths
+        for p in model.parameters():
+            p.add_(0.1 * p.std() * torch.randn(p.shape, generator=generator))
+    try:
+        # As the trainer passes it: the HF model inside a wrapper (here `.lm`, as common.update.LogprobModel),
+        # compiled. vLLM must receive HF names: "_orig_mod.lm." is stripped.
+        vllm_engine.sync_weights(torch.compile(torch.nn.ModuleDict({"lm": model})))
+        after = [c.token_ids for c in vllm_engine.generate(prompts, 1, greedy)]
+        expected = [c.token_ids for c in HFEngine(model, tokenizer).generate(prompts, 1, greedy)]
+        # Same prompts as before the sync: equality also shows the prefix cache was reset (stale KV otherwise).
+        assert after == expected
+        assert after != before
+    finally:
+        vllm_engine.sync_weights(AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32))
+    assert [c.token_ids for c in vllm_engine.generate(prompts, 1, greedy)] == before
+
+
+# PPO's first-epoch ratio is exp(logp_trainer - logp_sampler); if the sampler's log-probs stand in for
+# old_logprobs, any mismatch is a spurious ratio error |exp(diff) - 1| that clipping (eps 0.2) would
+# act on. Both sides run fp32 on CPU, so the mismatch is float rounding of a different op order (fused
+# attention kernels, batched vs single rows): ~1e-6 per logit. 1e-4 is far above that and far below
+# anything that matters for clipping (0.2) or approx_kl; a temperature-convention bug (1/T vs 1 on a
+# T=0.7 distribution) shows up as differences of order 1, so the test also asserts those are large.
+RATIO_TOL = 1e-4
+
+
+@VLLM_TIMEOUT
+@pytest.mark.parametrize("backend", ["vllm", "hf"])
+def test_sampler_logprobs_match_trainer(backend, request, model, tokenizer, prompts):
+    engine = request.getfixturevalue("vllm_engine") if backend == "vllm" else HFEngine(model, tokenizer)
+    temperature = 0.7
+    completions = engine.generate(prompts[:4], 2, SamplingConfig(max_new_tokens=16, temperature=temperature,
+                                                                 seed=3, logprobs=True))
+    worst, worst_untempered = 0.0, 0.0
+    for i, c in enumerate(completions):
+        assert c.logprobs is not None and len(c.logprobs) == len(c.token_ids) > 0
+        sampler = torch.tensor(c.logprobs)
+        trainer = recomputed_logprobs(model, prompts[i // 2], c.token_ids, temperature)
+        worst = max(worst, (trainer - sampler).exp().sub(1).abs().max().item())
+        untempered = recomputed_logprobs(model, prompts[i // 2], c.token_ids, 1.0)
+        worst_untempered = max(worst_untempered, (untempered - sampler).exp().sub(1).abs().max().item())
+    assert worst < RATIO_TOL, f"{backend}: max |ratio - 1| = {worst:.2e}"
+    assert worst_untempered > 0.05  # the comparison can tell the temperature convention apart
+
+
+@VLLM_TIMEOUT
+@pytest.mark.parametrize("backend", ["vllm", "hf"])
+def test_truncated_flags_and_top_k(backend, request, model, tokenizer, prompts):
+    engine = request.getfixturevalue("vllm_engine") if backend == "vllm" else HFEngine(model, tokenizer)
+    completions = engine.generate(prompts, 4, SamplingConfig(max_new_tokens=12, temperature=1.0, seed=0))
+    assert len(completions) == 32
+    check_stops(completions, tokenizer.eos_token_id, 12)
+    assert 0 < sum(c.truncated for c in completions) < 32
+    # top_k: every sampled token is among the k most likely under the model.
+    for i, c in enumerate(engine.generate(prompts[:2], 2, SamplingConfig(max_new_tokens=12, top_k=3, seed=0))):
+        with torch.no_grad():
+            logits = model(torch.tensor([prompts[i // 2] + c.token_ids])).logits[0, len(prompts[i // 2]) - 1:-1]
+        assert all(t in top for t, top in zip(c.token_ids, logits.topk(3, dim=-1).indices.tolist()))
+
+
+@VLLM_TIMEOUT
+@pytest.mark.parametrize("backend", ["vllm", "hf"])
+def test_seeded_sampling(backend, request, model, tokenizer, prompts):
+    engine = request.getfixturevalue("vllm_engine") if backend == "vllm" else HFEngine(model, tokenizer)
+
+    def sample(seed: int) -> list[list[int]]:
+        return [c.token_ids for c in engine.generate(prompts[:3], 4, SamplingConfig(max_new_tokens=12, seed=seed))]
+
+    first = sample(0)
+    assert sample(0) == first
+    assert sample(1) != first
+    for group in range(3):  # the n samples of one prompt differ from each other
+        assert len({tuple(t) for t in first[4 * group:4 * group + 4]}) > 1
+
+
+def test_hf_name_strips_wrapper_prefixes():
+    assert _hf_name("module._orig_mod.model.layers.0.mlp.up_proj.weight") == "model.layers.0.mlp.up_proj.weight"
+    assert _hf_name("_fsdp_wrapped_module.model.layers.1._fsdp_wrapped_module.self_attn.q_proj.weight") == \
+        "model.layers.1.self_attn.q_proj.weight"
+    assert _hf_name("lm_head.weight") == "lm_head.weight"
+
+
+def test_full_weights_finds_the_hf_model_in_a_wrapper(model):
+    critic = torch.nn.ModuleDict({"lm": model, "value_head": torch.nn.Linear(64, 1)})  # e.g. policy + value head
+    with _full_weights(torch.compile(critic)) as weights:
+        names = [name for name, _ in weights]
+    assert names == [name for name, _ in model.named_parameters()]  # HF names, no value head
+
+
+def test_make_engine_backends(model, tokenizer, monkeypatch):
+    kw = dict(model_path="unused", model=model, tokenizer=tokenizer, seed=0, max_model_len=64,
+              gpu_memory_utilization=0.3, enable_sleep_mode=False)
+    assert isinstance(make_engine("hf", **kw), HFEngine)
+    with pytest.raises(ValueError):
+        make_engine("sglang", **kw)
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real_find_spec(name, *a))
+    with pytest.raises(ImportError, match="vllm"):
+        make_engine("vllm", **kw)
+    assert isinstance(make_engine("auto", **kw), HFEngine)
