@@ -14,6 +14,7 @@ Usage:
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import tyro
@@ -156,13 +157,13 @@ def main(args: Args) -> None:
                                            args.total_steps * args.ppo_epochs * args.num_mini_batches, args.lr_schedule)
     model, optimizer = accelerator.prepare(model, optimizer)
     accelerator.register_for_checkpointing(scheduler)
-    run_dir = make_run_dir(accelerator, "lite_ppo", args)
+    run_dir = make_run_dir(accelerator, Path(__file__).stem, args)
     start_step = 0
     if args.resume and (ckpt := latest_checkpoint(run_dir)) is not None:
         start_step = load_checkpoint(accelerator, ckpt)
         accelerator.print(f"resumed from {ckpt} at step {start_step}")
     engine = make_engine(args.backend, model_path=model_path, model=accelerator.unwrap_model(model).lm, tokenizer=tokenizer, seed=args.seed,
-                         max_model_len=tokenizer.model_max_length if tokenizer.model_max_length < 10**6 else 4096,
+                         max_model_len=None,  # vLLM: the model's own context length
                          gpu_memory_utilization=args.gpu_memory_utilization, enable_sleep_mode=args.vllm_sleep)
     if start_step:
         engine.sync_weights(model, accelerator)
@@ -176,7 +177,7 @@ def main(args: Args) -> None:
 
     first_eval = accuracy = run_eval(start_step)
     accelerator.print(f"held-out accuracy before step {start_step}: {first_eval:.3f} ({len(eval_rows)} problems)")
-    progress = tqdm(range(start_step, args.total_steps), disable=not accelerator.is_main_process, desc="lite_ppo")
+    progress = tqdm(range(start_step, args.total_steps), disable=not accelerator.is_main_process, desc=Path(__file__).stem)
     for step in progress:
         t0 = time.perf_counter()
         # ------------------------------------------------------------ 2. rollout
@@ -247,6 +248,7 @@ def main(args: Args) -> None:
         if (step + 1) % args.save_every == 0 or last:
             save_checkpoint(accelerator, run_dir, step + 1, model, tokenizer, args, args.keep_checkpoints)
     accelerator.print(f"held-out accuracy: {first_eval:.3f} at step {start_step}, {accuracy:.3f} at step {args.total_steps}; run in {run_dir}")
+    engine.close()  # before end_training, which tears down the process group vLLM also uses
     accelerator.end_training()
 
 

@@ -96,9 +96,11 @@ def all_gather(x: torch.Tensor) -> torch.Tensor:
     """Concatenate a tensor (same shape on every process) over all processes; identity when alone."""
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return x
-    parts = [torch.empty_like(x) for _ in range(torch.distributed.get_world_size())]
-    torch.distributed.all_gather(parts, x.contiguous())
-    return torch.cat(parts)
+    # NCCL gathers only CUDA tensors; gloo (CPU runs) takes them where they are
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.distributed.get_backend() == "nccl" else x.device
+    parts = [torch.empty_like(x, device=device) for _ in range(torch.distributed.get_world_size())]
+    torch.distributed.all_gather(parts, x.contiguous().to(device))
+    return torch.cat(parts).to(x.device)
 
 
 def check_args(args) -> None:
@@ -130,3 +132,7 @@ def check_args(args) -> None:
             need(0 < getattr(args, flag) < 1, flag, "must be in (0, 1)")
     if hasattr(args, "beta"):
         need(args.beta >= 0, "beta", "must be >= 0")
+    if hasattr(args, "max_gen_rounds"):
+        need(args.max_gen_rounds >= 1, "max_gen_rounds", "must be positive")
+    if getattr(args, "overlong_cache_len", None) is not None:
+        need(0 <= args.overlong_cache_len <= args.max_new_tokens, "overlong_cache_len", "must be in [0, --max-new-tokens]")

@@ -33,10 +33,11 @@ class LogprobModel(nn.Module):
     the forward of the module they wrap: `accelerator.prepare` wraps this module.
     """
 
-    def __init__(self, lm: nn.Module, chunk_size: int = 1024):
+    def __init__(self, lm: nn.Module, chunk_size: int | None = None):
         super().__init__()
         self.lm = lm
-        self.chunk_size = chunk_size  # response tokens whose logits exist at once
+        # response tokens whose logits exist at once; default: 2^24 logits (64 MiB in fp32) per chunk
+        self.chunk_size = chunk_size or max(1, 2**24 // lm.get_output_embeddings().weight.shape[0])
 
     def forward(self, input_ids, attention_mask, response_mask, temperature: float = 1.0):
         backbone = getattr(self.lm, self.lm.base_model_prefix)
@@ -69,6 +70,28 @@ def _chunk_logprobs(h, targets, weight, bias, temperature: float):
     with torch.no_grad():  # entropy is a metric: keep it out of the graph
         entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
     return logp, entropy
+
+
+class ValueModel(nn.Module):
+    """A causal LM's backbone with a scalar head (a critic); forward returns per-token values [B, T].
+
+    `values[n, t]` is the value of the state before token t (the prefix input_ids[n, :t]), read from the
+    hidden state at t-1: aligned with input_ids like LogprobModel's log-probs, 0 off the response.
+    The LM head is dropped. The value head starts at zero, so every value starts at 0 ("The N
+    Implementation Details of RLHF with PPO": value head zero-init). A module for LogprobModel's reason.
+    """
+
+    def __init__(self, lm: nn.Module):
+        super().__init__()
+        self.backbone = getattr(lm, lm.base_model_prefix)
+        self.head = nn.Linear(lm.config.hidden_size, 1)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, input_ids, attention_mask, response_mask):
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # [B, T, H]
+        values = self.head(hidden[:, :-1]).squeeze(-1).float() * response_mask[:, 1:]  # [B, T-1]
+        return F.pad(values, (1, 0))  # [B, T]
 
 
 def micro_batches(lengths: torch.Tensor, token_budget: int) -> list[torch.Tensor]:
@@ -106,6 +129,17 @@ def compute_logprobs(model: nn.Module, batch: dict[str, torch.Tensor], token_bud
         lp, _ = model(mb["input_ids"], mb["attention_mask"], mb["response_mask"], temperature)
         logprobs[idx, : lp.shape[1]] = lp.float()
     return logprobs
+
+
+@torch.no_grad()
+def compute_values(model: nn.Module, batch: dict[str, torch.Tensor], token_budget: int) -> torch.Tensor:
+    """Per-token values [N, T] of a ValueModel on the batch's response tokens, by micro-batches, without grad."""
+    values = torch.zeros_like(batch["input_ids"], dtype=torch.float32)
+    for idx in micro_batches(batch["attention_mask"].sum(-1), token_budget):
+        mb = select(batch, idx)
+        v = model(mb["input_ids"], mb["attention_mask"], mb["response_mask"])
+        values[idx, : v.shape[1]] = v.float()
+    return values
 
 
 def global_sum(accelerator, x: float) -> float:
@@ -190,7 +224,7 @@ def build_optimizer(model: nn.Module, lr: float, weight_decay: float, warmup_ste
 def make_batch(prompt_ids: list[list[int]], completion_ids: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
     """Right-padded [N, T] tensors (input_ids, attention_mask, response_mask) from token lists."""
     lengths = [len(p) + len(c) for p, c in zip(prompt_ids, completion_ids)]
-    input_ids = torch.full((len(lengths), max(lengths)), pad_id, dtype=torch.long)
+    input_ids = torch.full((len(lengths), max(lengths, default=0)), pad_id, dtype=torch.long)  # 0 rows: an empty batch
     attention_mask = torch.zeros_like(input_ids)
     response_mask = torch.zeros_like(input_ids)
     for i, (p, c) in enumerate(zip(prompt_ids, completion_ids)):

@@ -80,7 +80,7 @@ def two_process_step(algo: str, out: Path) -> dict:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("algo", ["lite_ppo"])
+@pytest.mark.parametrize("algo", ["lite_ppo", "grpo", "dapo"])
 def test_one_step_is_the_same_whole_micro_batched_and_on_two_processes(algo, tmp_path):
     # the step is SGD with lr 1, so parameter changes are the gradients (~1e-3..1e-1 per entry);
     # fp32 sums in another order (micro-batches, all-reduce) differ by ~1e-7 relative, so 1e-6
@@ -93,6 +93,26 @@ def test_one_step_is_the_same_whole_micro_batched_and_on_two_processes(algo, tmp
     init = tiny_lm().state_dict()
     moved = max((whole["lm." + k] - v).abs().max().item() for k, v in init.items())
     assert moved > 1e-3  # the step did something
+    for k in whole:
+        torch.testing.assert_close(micro[k], whole[k], atol=1e-6, rtol=0)
+        torch.testing.assert_close(two["params"][k], whole[k], atol=1e-6, rtol=0)
+
+
+@pytest.mark.timeout(600)
+def test_ppo_vanilla_policy_and_critic_steps_are_the_same_whole_micro_batched_and_on_two_processes(tmp_path):
+    # as above, for the critic script: the policy step AND the value model's step, with GAE and advantage
+    # whitening over the global batch's tokens (all processes) in between
+    from tests.step_equivalence import run_ppo_vanilla
+
+    whole, world = run_ppo_vanilla()
+    assert world == 1
+    micro, _ = run_ppo_vanilla(token_budget=24)
+    two = two_process_step("ppo_vanilla", tmp_path / "two.pt")
+    assert two["world_size"] == 2
+    init = tiny_lm().state_dict()
+    assert max((whole["policy.lm." + k] - v).abs().max().item() for k, v in init.items()) > 1e-3
+    backbone = {k.removeprefix("model."): v for k, v in init.items() if k.startswith("model.")}
+    assert max((whole["critic.backbone." + k] - v).abs().max().item() for k, v in backbone.items()) > 1e-3
     for k in whole:
         torch.testing.assert_close(micro[k], whole[k], atol=1e-6, rtol=0)
         torch.testing.assert_close(two["params"][k], whole[k], atol=1e-6, rtol=0)
