@@ -57,20 +57,20 @@ class Args:
     """training problems: arithmetic[:digits=2,operands=2,...], gsm8k, math, a .jsonl/.json/.parquet path or a hub id"""
     eval_dataset: str | None = None
     """held-out problems (default: the test split of --dataset)"""
-    eval_size: int = 200
+    eval_size: int = 100
     """held-out problems evaluated (the first N)"""
     template: str = "chat"
     """prompt: chat (the tokenizer's chat template, instruct models) or plain (base models)"""
     # rollout
     backend: str = "auto"
     """generation engine: vllm, hf (generate on the training model) or auto (vllm if installed)"""
-    prompts_per_step: int = 16
+    prompts_per_step: int = 8
     """prompts per step over all processes"""
     group_size: int = 8
     """samples per prompt (G)"""
     max_gen_rounds: int = 4  # [DAPO 3.2] dynamic sampling
     """generation rounds per step at most, to fill the batch with groups of mixed outcomes (then: train on what was kept)"""
-    max_new_tokens: int = 128
+    max_new_tokens: int = 96
     """completion length limit"""
     overlong_cache_len: int | None = None  # [DAPO 3.4] soft overlong punishment
     """the last N tokens before --max-new-tokens cost up to -1 reward (default: a quarter of them; DAPO: 4096 of 20480); 0 = off"""
@@ -87,9 +87,9 @@ class Args:
     vllm_sleep: bool = False
     """vLLM on GPU: free the engine's memory during the update (sleep/wake each step)"""
     # optimization
-    total_steps: int = 24
+    total_steps: int = 8
     """policy updates (each on prompts_per_step x group_size samples)"""
-    learning_rate: float = 3e-6
+    learning_rate: float = 1e-5
     """AdamW learning rate (the paper: 1e-6 for 4B/8B models)"""
     lr_schedule: str = "constant"
     """constant or cosine (after warmup)"""

@@ -51,18 +51,18 @@ class Args:
     """training problems: arithmetic[:digits=2,operands=2,...], gsm8k, math, a .jsonl/.json/.parquet path or a hub id"""
     eval_dataset: str | None = None
     """held-out problems (default: the test split of --dataset)"""
-    eval_size: int = 200
+    eval_size: int = 100
     """held-out problems evaluated (the first N)"""
     template: str = "chat"
     """prompt: chat (the tokenizer's chat template, instruct models) or plain (base models)"""
     # rollout
     backend: str = "auto"
     """generation engine: vllm, hf (generate on the training model) or auto (vllm if installed)"""
-    prompts_per_step: int = 16
+    prompts_per_step: int = 8
     """prompts per step over all processes"""
     group_size: int = 8
     """samples per prompt (G)"""
-    max_new_tokens: int = 128
+    max_new_tokens: int = 96
     """completion length limit"""
     temperature: float = 1.0
     """sampling temperature (the paper: 0.99); log-probs are computed at the same temperature"""
@@ -75,9 +75,9 @@ class Args:
     vllm_sleep: bool = False
     """vLLM on GPU: free the engine's memory during the update (sleep/wake each step)"""
     # optimization
-    total_steps: int = 24
+    total_steps: int = 8
     """policy updates (each on prompts_per_step x group_size samples)"""
-    learning_rate: float = 3e-6
+    learning_rate: float = 1e-5
     """AdamW learning rate (the paper: 1e-6 for 4B/8B models)"""
     lr_schedule: str = "constant"
     """constant or cosine (after warmup)"""
