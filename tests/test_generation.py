@@ -173,7 +173,25 @@ def test_make_engine_backends(model, tokenizer, monkeypatch):
     import importlib.util
 
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real_find_spec(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "vllm" else real_find_spec(name, *a))
     with pytest.raises(ImportError, match="vllm"):
         make_engine("vllm", **kw)
     assert isinstance(make_engine("auto", **kw), HFEngine)
+
+
+def test_tied_lm_head_models_never_get_a_stale_vllm_engine(tiny_model_path):
+    """vLLM's reload leaves a tied LM head stale (see TIED_LM_HEAD): auto picks HF, vllm refuses."""
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+
+    from common.generation import HFEngine, make_engine
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                         num_attention_heads=1, num_key_value_heads=1, head_dim=64, tie_word_embeddings=True)
+    tied = Qwen3ForCausalLM(config)
+    kw = dict(model_path=tiny_model_path, model=tied, tokenizer=tokenizer, seed=0, max_model_len=None,
+              gpu_memory_utilization=0.3, enable_sleep_mode=False)
+    assert isinstance(make_engine("auto", **kw), HFEngine)
+    with pytest.raises(NotImplementedError, match="tie_word_embeddings"):
+        make_engine("vllm", **kw)
