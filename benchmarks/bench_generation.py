@@ -109,7 +109,8 @@ def main(args: Args) -> None:
                     if line.startswith("RESULT "):
                         table.append(json.loads(line[7:]))
                         _, _, bs, tokens, seconds = table[-1]
-                        print(f"[bench] {name:24s} {backend:5s} batch {bs:3d}: {tokens / seconds:8.1f} tok/s", flush=True)
+                        print(f"[bench] {name:24s} {backend:5s} batch {bs:3d}: {tokens / seconds:8.1f} tok/s",
+                              flush=True)
                     elif line.startswith("[bench]"):
                         print(line, flush=True)
 
