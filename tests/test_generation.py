@@ -9,6 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from common.generation import Completion, HFEngine, SamplingConfig, _full_weights, _hf_name, make_engine
+from conftest import build_tiny_model
 
 VLLM_TIMEOUT = pytest.mark.timeout(300)  # the first vLLM test pays the engine start (30-60 s on 2 cores)
 
@@ -180,18 +181,33 @@ def test_make_engine_backends(model, tokenizer, monkeypatch):
     assert isinstance(make_engine("auto", **kw), HFEngine)
 
 
-def test_tied_lm_head_models_never_get_a_stale_vllm_engine(tiny_model_path):
-    """vLLM's reload leaves a tied LM head stale (see TIED_LM_HEAD): auto picks HF, vllm refuses."""
-    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+@VLLM_TIMEOUT
+def test_sync_weights_tied_lm_head(tmp_path_factory, prompts):
+    """A model whose LM head IS its input embedding (SmolLM2, Qwen2.5-0.5B, Qwen3-0.6B): vLLM's reload gets
+    no lm_head tensor and, on CPU, keeps a kernel prepacked from the OLD embeddings unless
+    _refresh_tied_lm_head re-ties it. Greedy tokens after a sync must equal HF's on the new weights."""
+    from common.generation import VLLMEngine
 
-    from common.generation import HFEngine, make_engine
+    path = build_tiny_model(str(tmp_path_factory.mktemp("tiny_tied")), tie_word_embeddings=True)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    engine = VLLMEngine(path, seed=0, max_model_len=512, kv_cache_gib=1 / 16)  # a second engine, own model
+    try:
+        greedy = SamplingConfig(max_new_tokens=24, temperature=0)
 
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
-    config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                         num_attention_heads=1, num_key_value_heads=1, head_dim=64, tie_word_embeddings=True)
-    tied = Qwen3ForCausalLM(config)
-    kw = dict(model_path=tiny_model_path, model=tied, tokenizer=tokenizer, seed=0, max_model_len=None,
-              gpu_memory_utilization=0.3, enable_sleep_mode=False)
-    assert isinstance(make_engine("auto", **kw), HFEngine)
-    with pytest.raises(NotImplementedError, match="tie_word_embeddings"):
-        make_engine("vllm", **kw)
+        def from_hf():
+            return [c.token_ids for c in HFEngine(model, tokenizer).generate(prompts, 1, greedy)]
+
+        before = [c.token_ids for c in engine.generate(prompts, 1, greedy)]
+        assert before == from_hf()
+        generator = torch.Generator().manual_seed(1)
+        with torch.no_grad():  # a seeded "training step" that moves the shared embedding / LM head too
+            for p in model.parameters():
+                p.add_(0.1 * p.std() * torch.randn(p.shape, generator=generator))
+        engine.sync_weights(torch.nn.ModuleDict({"lm": model}))
+        after = [c.token_ids for c in engine.generate(prompts, 1, greedy)]
+        assert after == from_hf()
+        assert after != before
+    finally:
+        engine.close()
