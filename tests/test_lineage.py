@@ -76,8 +76,7 @@ def unmarked_skeleton_hunks(parent: str, child: str, root: Path = ROOT) -> list[
 
 
 def present(name: str) -> str:
-    if not (ROOT / name).exists():
-        pytest.skip(f"{name} does not exist (yet)")
+    assert (ROOT / name).exists(), f"{name} is missing"
     return name
 
 

@@ -61,6 +61,16 @@ def test_bad_flags_fail_before_any_model_is_loaded(flag, value, message, tiny_mo
     assert "Loading weights" not in result.stderr  # failed before the model was loaded
 
 
+def test_a_finished_run_is_never_appended_to_without_resume(tiny_model_path, tiny_math_data, tmp_path):
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "metrics.jsonl").write_text('{"step": 0, "eval/accuracy": 0.5}\n')
+    result = subprocess.run(tiny_args(tiny_model_path, tiny_math_data, tmp_path, "taken"), cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "--run-name 'taken'" in result.stderr and "--resume" in result.stderr
+    assert (tmp_path / "taken" / "metrics.jsonl").read_text() == '{"step": 0, "eval/accuracy": 0.5}\n'
+
+
 @pytest.mark.timeout(900)
 def test_kill_dash_nine_then_resume_ends_with_the_same_weights(tiny_model_path, tiny_math_data, tmp_path):
     common = ("--backend", "hf", "--total-steps", "4", "--save-every", "1", "--eval-every", "4", "--keep-checkpoints", "2")
@@ -80,6 +90,11 @@ def test_kill_dash_nine_then_resume_ends_with_the_same_weights(tiny_model_path, 
     (ckpts / ".tmp-step-3" / "state").mkdir(parents=True, exist_ok=True)
     result = run(tiny_args(tiny_model_path, tiny_math_data, tmp_path, "killed", *common, "--resume"))
     assert "resumed from" in result.stdout
+    # metrics.jsonl: what the killed run logged after its checkpoint was dropped, so every step appears once
+    resumed_rows = metrics(tmp_path / "killed")
+    assert [r["step"] for r in resumed_rows if "losses/policy_loss" in r] == [1, 2, 3, 4]
+    evals = [r["step"] for r in resumed_rows if "eval/accuracy" in r]
+    assert evals[0] == 0 and evals[-1] == 4 and len(evals) == len(set(evals))
 
     straight = load_file(tmp_path / "straight/checkpoints/step-4/model/model.safetensors")
     resumed = load_file(ckpts / "step-4/model/model.safetensors")
