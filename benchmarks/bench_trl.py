@@ -27,10 +27,11 @@ What runs, ours <-> TRL (GRPOConfig):
     model, dtype           same local HF dir, fp32; no gradient checkpointing (TRL: gradient_checkpointing=False,
                            bf16=False, use_cpu=True)
     prompts                the first (1 + steps) batches of common.data.batch_indices over
-                           load_rows("arithmetic"), as our scripts draw them; TRL gets them as a dataset in
-                           that order with shuffle_dataset=False, as chat messages {question}\\n{INSTRUCTION}
-                           (= common.data.build_prompt). The prompt token ids TRL generates from are checked
-                           equal to ours (table column `same prompts, 1 generation/step`).
+                           load_rows(--dataset, default "arithmetic"), as our scripts draw them; TRL gets
+                           them as a dataset in that order with shuffle_dataset=False, as chat messages
+                           {question}\\n{INSTRUCTION} (= common.data.build_prompt). The prompt token ids
+                           TRL generates from are checked equal to ours (column `same prompts, 1
+                           generation/step`).
     group size, length     group_size G / max_new_tokens T  <->  num_generations G / max_completion_length T
     batch per step         prompts_per_step P  <->  per_device_train_batch_size = P*G,
                            gradient_accumulation_steps = 1, steps_per_generation = 1: one generation of
@@ -45,9 +46,9 @@ What runs, ours <-> TRL (GRPOConfig):
     grpo.py (--beta 0)     group-std advantages, per-sequence token mean averaged over sequences
                            <->  scale_rewards="group", loss_type="grpo"
     optimizer              torch AdamW (betas 0.9/0.999, eps 1e-8, weight decay 0), constant lr, same lr and
-                           max_grad_norm  <->  optim="adamw_torch" (TRL's own default on torch >= 2.8 is
-                           "adamw_torch_fused": --trl-optim), lr_scheduler_type="constant", warmup 0,
-                           weight_decay 0
+                           max_grad_norm (the script's defaults unless given)  <->  optim="adamw_torch"
+                           (TRL's own default on torch >= 2.8 is "adamw_torch_fused": --trl-optim),
+                           lr_scheduler_type="constant", warmup 0, weight_decay 0
     reward                 common.reward.batch_math_reward (2 worker processes)  <->  a reward function
                            calling common.reward.math_reward in-process (same verdicts; --trl-reward-pool
                            uses batch_math_reward there too)
@@ -59,9 +60,10 @@ What differs:
   - Sampling draws from different random streams, so completions and their lengths differ: compare
     tok/s (completion tokens per second of the whole step), not only s/step.
   - Advantage denominators: std + 1e-6 (ours) vs std + 1e-4 (TRL); both unbiased stds.
-  - Padding: ours packs prompt + completion per row, right-padded, in micro-batches of at most
-    --micro-batch-tokens padded tokens (one micro-batch for these cases); TRL left-pads prompts and
-    right-pads completions in one forward over the P*G rows (a little more padding).
+  - Micro-batches and padding: ours packs prompt + completion per row, right-padded, rows sorted by
+    length into micro-batches of at most --micro-batch-tokens padded tokens (the script's default; the
+    update is the same; column `micro-batches`); TRL runs one forward and backward over the P*G rows,
+    prompts left-padded and completions right-padded (a little more padding).
   - LM head in the loss forward: ours projects only the completion tokens' hidden states (chunked,
     recomputed in backward); TRL's fused LM head does so only on CUDA/XPU (Triton) and on CPU projects
     every position of the [P*G, prompt + completion] batch, prompt and padding included, then masks.
@@ -85,15 +87,20 @@ Measured per step:
     sync         ours: time/sync (weights into vLLM; 0 with hf); TRL: none (generates on the trained model)
     tok/s        completion tokens (EOS included) of the measured steps / their summed wall time; ours:
                  rollout/response_len_mean x P*G, TRL: counted in the reward function from completion_ids
-    whole run s  the run's process from start to end (model load, vLLM engine start, evaluations, steps)
+    whole run s  the run after its imports: model load, vLLM engine start, evaluations, all steps
     peak RSS     ru_maxrss of the run's main process at its end (getrusage RUSAGE_SELF): the whole run,
                  start-up and the two 1-problem evaluations included (vLLM runs in that process: its
                  engine core is in-process). Ours also runs batch_math_reward's 2 worker processes: their
                  summed peak (VmHWM) is the column `reward workers GiB`, not part of peak RSS.
-Every process uses the same torch thread count (--threads, default: the CPUs this process may use); the
-count each run ended with is printed (vLLM's CPU worker re-pins threads).
+Every process uses the same torch thread count (--threads, default: the CPUs this process may use; the
+count each run ended with is printed) and, by default, OpenMP threads pinned to cores. vLLM's CPU worker
+pins the OpenMP threads of its process, which in our colocated runs is also the trainer's. On a loaded
+2-core machine pinning made the tiny case's ours (hf) steps ~7x faster (median 1.5 vs 10.3 s/step), and
+unpinned runs showed the vllm rows' training phase 4-5x faster than the hf and TRL rows' for that reason:
+--no-bind-threads measures each side as shipped, with that confound.
 """
 
+import importlib
 import json
 import os
 import platform
@@ -131,16 +138,21 @@ class Args:
     """runs per case and script: vllm (ours, --backend auto), hf (ours, --backend hf), trl"""
     steps: int = 4
     """measured steps per run, after one warm-up step"""
-    learning_rate: float = 1e-5
-    """AdamW learning rate, both sides"""
-    max_grad_norm: float = 1.0
-    """gradient clipping, both sides"""
+    dataset: str = "arithmetic"
+    """training problems, both sides (common.data.load_rows syntax; the scripts default to arithmetic:digits=1)"""
+    learning_rate: float | None = None
+    """AdamW learning rate, both sides (default: the script's)"""
+    max_grad_norm: float | None = None
+    """gradient clipping, both sides (default: the script's)"""
     seed: int = 1
     """seed of both sides and of the prompt order"""
     threads: int = 0
     """torch threads in every run (0: the CPUs this process may use)"""
-    micro_batch_tokens: int = 4096
-    """ours: padded tokens per forward/backward (the scripts' default)"""
+    bind_threads: bool = True
+    """pin every run's OpenMP threads to cores (OMP_PROC_BIND=close, OMP_PLACES=cores), as vLLM's CPU worker
+    does anyway in the vllm runs (training included: same process); --no-bind-threads: as shipped"""
+    micro_batch_tokens: int | None = None
+    """ours: padded tokens per forward/backward (default: the script's); TRL: one forward over the P*G rows"""
     trl_optim: str = "adamw_torch"
     """TRL optimizer: adamw_torch is ours (torch.optim.AdamW); TRL's own default is adamw_torch_fused"""
     trl_reward_pool: bool = False
@@ -160,7 +172,7 @@ def step_rows(spec: dict) -> list[list[dict]]:
     """The prompts (rows) of each step, as our scripts draw them: batch_indices(seed, step)."""
     from common.data import batch_indices, load_rows
 
-    rows = load_rows("arithmetic")
+    rows = load_rows(spec["dataset"])
     return [[rows[i] for i in batch_indices(len(rows), spec["P"], spec["seed"], step)]
             for step in range(spec["steps"] + 1)]
 
@@ -185,17 +197,18 @@ def reward_workers_peak_gib() -> float:
 
 def run_ours(spec: dict) -> dict:
     """One run of lite_ppo.py / grpo.py main() in this process; per-step times from its metrics.jsonl."""
-    import importlib
-
     import common.reward
+    import common.update
 
     module = importlib.import_module(spec["algo"])
+    split, counts = common.update.micro_batches, []  # ppo_step looks it up in common.update at each call
+    common.update.micro_batches = lambda *a, **k: counts.append(len(out := split(*a, **k))) or out
     module.save_checkpoint = lambda *a, **k: None  # no checkpoint after the last step (TRL saves none)
     make_engine, engines = module.make_engine, []
     module.make_engine = lambda *a, **k: engines.append(make_engine(*a, **k)) or engines[-1]
     extra = {"beta": 0.0} if hasattr(module.Args, "beta") else {}
     args = module.Args(
-        model=spec["model_path"], dataset="arithmetic", eval_size=1, template="chat", backend=spec["backend"],
+        model=spec["model_path"], dataset=spec["dataset"], eval_size=1, template="chat", backend=spec["backend"],
         prompts_per_step=spec["P"], group_size=spec["G"], max_new_tokens=spec["T"], temperature=1.0, top_p=1.0,
         top_k=0, total_steps=spec["steps"] + 1, learning_rate=spec["lr"], lr_schedule="constant", warmup_steps=0,
         weight_decay=0.0, max_grad_norm=spec["max_grad_norm"], ppo_epochs=1, num_mini_batches=1,
@@ -211,7 +224,8 @@ def run_ours(spec: dict) -> dict:
              for m in metrics]
     for s in steps:
         s["total"] = s["generation"] + s["reward"] + s["update"] + s["sync"]
-    return {"steps": steps, "engine": type(engines[0]).__name__, "same_prompts": True, "workers_gib": workers}
+    return {"steps": steps, "engine": type(engines[0]).__name__, "same_prompts": True, "workers_gib": workers,
+            "micro_batches": max(counts)}
 
 
 def run_trl(spec: dict) -> dict:
@@ -297,7 +311,7 @@ def run_trl(spec: dict) -> dict:
     for s in steps:
         s["update"] = s["total"] - s["generation"] - s["reward"]
     return {"steps": steps, "engine": "HF generate", "same_prompts": checks["same_prompts"],
-            "one_generation_per_step": one_generation, "workers_gib": reward_workers_peak_gib()}
+            "one_generation_per_step": one_generation, "workers_gib": reward_workers_peak_gib(), "micro_batches": 1}
 
 
 def child_main(spec: dict) -> None:
@@ -324,6 +338,8 @@ def model_path(name: str, tmp: str) -> str:
 
 def run_child(spec: dict, args: Args) -> dict | None:
     env = dict(os.environ, OMP_NUM_THREADS=str(spec["threads"]), TOKENIZERS_PARALLELISM="false")
+    if args.bind_threads:
+        env |= {"OMP_PROC_BIND": "close", "OMP_PLACES": "cores"}
     if spec["side"] == "trl":
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.trl_path, env.get("PYTHONPATH")]))
     cmd = [sys.executable, __file__, "--child", json.dumps(spec)]
@@ -352,13 +368,14 @@ def summarize(result: dict) -> dict:
                   "min": min(s["total"] for s in measured), "max": max(s["total"] for s in measured)}
 
 
-def table(case: str, rows: list[tuple[str, str, dict]]) -> str:
+def table(case: str, rows: list[tuple[str, str, dict]], settings: list[str]) -> str:
     model, P, G, T = CASES[case]
     lines = [f"### {case}: {model}, {P} prompts x {G} samples x {T} new tokens per step", "",
-             "| script | run | engine | s/step (min-max) | tok/step | tok/s | generation s | logp+bwd+opt s "
-             "| sync s | reward s | peak RSS GiB | reward workers GiB | whole run s | same prompts, 1 generation/step "
-             "| tok/s vs TRL | peak RSS vs TRL |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+             "; ".join(settings), "",
+             "| script | run | engine | micro-batches | s/step (min-max) | tok/step | tok/s | generation s "
+             "| logp+bwd+opt s | sync s | reward s | peak RSS GiB | reward workers GiB | whole run s "
+             "| same prompts, 1 generation/step | tok/s vs TRL | peak RSS vs TRL |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
     for algo, side, r in rows:
         trl = next((x for a, s, x in rows if a == algo and s == "trl"), None)
         m = summarize(r)
@@ -367,8 +384,9 @@ def table(case: str, rows: list[tuple[str, str, dict]]) -> str:
             vs = (f"{m['tok_s'] / summarize(trl)['tok_s']:.2f}x", f"{r['peak_gib'] / trl['peak_gib']:.2f}x")
         label = f"TRL {'/'.join(TRL_LOSS[algo])}" if side == "trl" else SIDES[side]
         same_work = "yes" if r["same_prompts"] and r.get("one_generation_per_step", True) else "NO"
-        lines.append(f"| {algo} | {label} | {r['engine']} | {m['total']:.2f} ({m['min']:.2f}-{m['max']:.2f}) "
-                     f"| {m['tokens']:.0f} | {m['tok_s']:.1f} | {m['generation']:.2f} | {m['update']:.2f} "
+        lines.append(f"| {algo} | {label} | {r['engine']} | {r['micro_batches']} "
+                     f"| {m['total']:.2f} ({m['min']:.2f}-{m['max']:.2f}) | {m['tokens']:.0f} | {m['tok_s']:.1f} "
+                     f"| {m['generation']:.2f} | {m['update']:.2f} "
                      f"| {m['sync']:.2f} | {m['reward']:.3f} | {r['peak_gib']:.2f} | {r['workers_gib']:.2f} "
                      f"| {r['wall']:.0f} | {same_work} | {vs[0]} | {vs[1]} |")
     threads = ", ".join(sorted({str(r["threads_end"]) for _, _, r in rows}))
@@ -401,7 +419,8 @@ def main(args: Args) -> None:
               f"machine: {platform.node()}, {os.cpu_count()} CPUs ({len(os.sched_getaffinity(0))} usable), "
               f"{platform.processor() or platform.machine()}; torch {torch.__version__}, transformers "
               f"{transformers.__version__}, trl {trl_version}; torch threads per run: {threads}",
-              f"{args.steps} measured steps after 1 warm-up step per run; s/step and phases are medians",
+              f"dataset {args.dataset}; {args.steps} measured steps after 1 warm-up step per run; s/step and "
+              "phases are medians over them; OpenMP threads " + ("pinned" if args.bind_threads else "not pinned"),
               machine("start")]
     print("\n".join(header), flush=True)
     tables = []
@@ -409,12 +428,17 @@ def main(args: Args) -> None:
         for case in args.cases:
             name, P, G, T = CASES[case]
             path = model_path(name, tmp)
-            shared = {"model_path": path, "P": P, "G": G, "T": T, "steps": args.steps, "lr": args.learning_rate,
-                      "max_grad_norm": args.max_grad_norm, "seed": args.seed, "threads": threads,
-                      "micro_batch_tokens": args.micro_batch_tokens, "trl_optim": args.trl_optim,
-                      "trl_reward_pool": args.trl_reward_pool}
-            rows = []
+            rows, settings = [], []
             for algo in args.algos:
+                defaults = importlib.import_module(algo).Args()  # what `python {algo}.py` would use
+                shared = {"model_path": path, "dataset": args.dataset, "P": P, "G": G, "T": T, "steps": args.steps,
+                          "lr": args.learning_rate or defaults.learning_rate,
+                          "max_grad_norm": args.max_grad_norm or defaults.max_grad_norm,
+                          "micro_batch_tokens": args.micro_batch_tokens or defaults.micro_batch_tokens,
+                          "seed": args.seed, "threads": threads, "trl_optim": args.trl_optim,
+                          "trl_reward_pool": args.trl_reward_pool}
+                settings.append(f"{algo}: lr {shared['lr']:g}, max_grad_norm {shared['max_grad_norm']:g}, "
+                                f"ours' micro-batches of {shared['micro_batch_tokens']} padded tokens")
                 for side in args.sides:
                     spec = shared | {"side": side, "algo": algo, "backend": {"vllm": "auto", "hf": "hf"}.get(side),
                                      "workdir": tempfile.mkdtemp(dir=tmp, prefix=f"{case}-{algo}-{side}-")}
@@ -425,7 +449,7 @@ def main(args: Args) -> None:
                         print(f"[bench] {case} {algo} {SIDES[side]}: {m['total']:.2f} s/step, {m['tok_s']:.1f} tok/s, "
                               f"peak {result['peak_gib']:.2f} GiB", flush=True)
                         rows.append((algo, side, result))
-            tables.append(table(case, rows))
+            tables.append(table(case, rows, settings))
     report = "\n".join(header + [machine("end"), ""] + tables)
     print("\n" + "\n".join(tables + [machine("end")]))
     if args.out:
