@@ -296,7 +296,7 @@ def main(args: Args, extra: list[str]) -> int:
     first = next(r for runs in results.values() for r in runs)
     text = "\n".join([
         f"# {', '.join(args.algorithms)}: {describe(first['args'])}", "",
-        f"{first['args']['total_steps']} steps, held-out set: {first['args']['eval_size']} problems of "
+        f"{first['args']['total_steps']} steps, held-out set: the first {first['args']['eval_size']} problems (or all, if fewer) of "
         f"{first['args']['eval_dataset'] or first['args']['dataset'] + ' (test split)'}, greedy. "
         "Each cell: mean over seeds ± half the range (max - min) / 2 over seeds; gain: the mean of final - start; "
         "wall time: the whole process (model load and evals included); final response length: mean tokens of "
