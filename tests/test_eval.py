@@ -291,3 +291,9 @@ def test_eval_cli(tiny_model_path, tiny_sets, tmp_path, backend):
     summary = json.loads((tmp_path / "cli" / "summary.json").read_text())
     assert summary["backend"] == backend and list(summary["results"]) == [a, "arithmetic"]
     assert len((tmp_path / "cli" / "samples.jsonl").read_text().splitlines()) == 2 * 2 * 2
+
+
+def test_datasets_flag_keeps_arithmetic_settings_together():
+    assert eval_script.split_datasets("math500, arithmetic:digits=1,operands=3,ops=+-* ,gsm8k") == [
+        "math500", "arithmetic:digits=1,operands=3,ops=+-*", "gsm8k"]
+    assert eval_script.split_datasets("gsm8k,,aime24") == ["gsm8k", "aime24"]
