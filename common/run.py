@@ -53,10 +53,6 @@ def make_run_dir(accelerator, script: str, args) -> Path:
     return run_dir
 
 
-def _step_of(checkpoint: Path | None) -> int:
-    return int(checkpoint.name.split("-")[1]) if checkpoint is not None else 0
-
-
 def _trim_metrics(path: Path, step: int) -> None:
     """Keep the lines of steps before `step` and the training line of `step` (its eval is logged again)."""
     if not path.exists():
@@ -80,9 +76,14 @@ def log_metrics(accelerator, run_dir: Path, step: int, metrics: dict[str, float]
     accelerator.log(metrics, step=step)
 
 
+def _step_of(checkpoint: Path | None) -> int:
+    """N of a `step-N` checkpoint folder; 0 for no checkpoint."""
+    return int(checkpoint.name.split("-")[1]) if checkpoint is not None else 0
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
     done = [p for p in (run_dir / "checkpoints").glob("step-*") if (p / "meta.json").exists()]
-    return max(done, key=lambda p: int(p.name.split("-")[1]), default=None)
+    return max(done, key=_step_of, default=None)
 
 
 def save_checkpoint(accelerator, run_dir: Path, step: int, model, tokenizer, args, keep: int) -> Path:
@@ -100,7 +101,7 @@ def save_checkpoint(accelerator, run_dir: Path, step: int, model, tokenizer, arg
         tokenizer.save_pretrained(tmp / "model")
         (tmp / "meta.json").write_text(json.dumps({"step": step, "args": dataclasses.asdict(args)}, default=str))
         os.replace(tmp, final)
-        ckpts = sorted((p for p in root.glob("step-*")), key=lambda p: int(p.name.split("-")[1]))
+        ckpts = sorted(root.glob("step-*"), key=_step_of)
         for old in ckpts[:-keep] if keep > 0 else []:
             shutil.rmtree(old)
     accelerator.wait_for_everyone()

@@ -43,6 +43,14 @@ def recomputed_logprobs(model, prompt: list[int], completion: list[int], tempera
     return (logits / temperature).log_softmax(-1).gather(-1, torch.tensor(completion)[:, None]).squeeze(-1)
 
 
+def nudge(model) -> None:
+    """A seeded "training step": every parameter moves by 0.1 of its std, enough to change greedy paths."""
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * p.std() * torch.randn(p.shape, generator=generator))
+
+
 def check_stops(completions: list[Completion], eos_id: int, max_new_tokens: int) -> None:
     for c in completions:
         if c.truncated:
@@ -75,10 +83,7 @@ def test_greedy_backends_agree(vllm_engine, model, tokenizer, prompts):
 def test_sync_weights_follows_trainer(vllm_engine, model, tokenizer, prompts, tiny_model_path):
     greedy = SamplingConfig(max_new_tokens=24, temperature=0)
     before = [c.token_ids for c in vllm_engine.generate(prompts, 1, greedy)]
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():  # a seeded "training step": large enough to change greedy paths
-        for p in model.parameters():
-            p.add_(0.1 * p.std() * torch.randn(p.shape, generator=generator))
+    nudge(model)
     try:
         # As the trainer passes it: the HF model inside a wrapper (here `.lm`, as common.update.LogprobModel),
         # compiled. vLLM must receive HF names: "_orig_mod.lm." is stripped.
@@ -201,10 +206,7 @@ def test_sync_weights_tied_lm_head(tmp_path_factory, prompts):
 
         before = [c.token_ids for c in engine.generate(prompts, 1, greedy)]
         assert before == from_hf()
-        generator = torch.Generator().manual_seed(1)
-        with torch.no_grad():  # a seeded "training step" that moves the shared embedding / LM head too
-            for p in model.parameters():
-                p.add_(0.1 * p.std() * torch.randn(p.shape, generator=generator))
+        nudge(model)  # moves the shared embedding / LM head too
         engine.sync_weights(torch.nn.ModuleDict({"lm": model}))
         after = [c.token_ids for c in engine.generate(prompts, 1, greedy)]
         assert after == from_hf()

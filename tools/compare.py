@@ -254,7 +254,7 @@ def main(args: Args, extra: list[str]) -> int:
                     continue
                 print(f"[compare] {algo} seed {seed}: the existing run had other flags ({previous.get('flags')}): rerun",
                       flush=True)
-            if run_dir.exists():  # a script appends to an existing run's metrics.jsonl: start from nothing
+            if run_dir.exists():  # a script refuses a run name that holds a run (no --resume): start from nothing
                 shutil.rmtree(run_dir)
             returncode, seconds = run_one(algo, seed, flags, out)
             record.write_text(json.dumps({"algorithm": algo, "seed": seed, "flags": flags, "returncode": returncode,
