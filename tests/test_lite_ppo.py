@@ -73,31 +73,32 @@ def test_a_finished_run_is_never_appended_to_without_resume(tiny_model_path, tin
 
 @pytest.mark.timeout(900)
 def test_kill_dash_nine_then_resume_ends_with_the_same_weights(tiny_model_path, tiny_math_data, tmp_path):
-    common = ("--backend", "hf", "--total-steps", "4", "--save-every", "1", "--eval-every", "4", "--keep-checkpoints", "2")
+    common = ("--backend", "hf", "--total-steps", "8", "--save-every", "1", "--eval-every", "4", "--keep-checkpoints", "2")
     run(tiny_args(tiny_model_path, tiny_math_data, tmp_path, "straight", *common))
 
     proc = subprocess.Popen(tiny_args(tiny_model_path, tiny_math_data, tmp_path, "killed", *common), cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ckpts = tmp_path / "killed" / "checkpoints"
     deadline = time.time() + 600
-    while not (ckpts / "step-2" / "meta.json").exists():
-        assert proc.poll() is None and time.time() < deadline, "run ended or stalled before checkpoint 2"
-        time.sleep(0.2)
+    while not list(ckpts.glob("step-*")):  # step-N appears by an atomic rename, complete or not at all
+        assert proc.poll() is None and time.time() < deadline, "run ended or stalled before its first checkpoint"
+        time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert not (ckpts / "step-4").exists()
+    assert proc.wait() == -signal.SIGKILL, "the run finished before the kill: nothing left to resume"
+    last = max(int(p.name.removeprefix("step-")) for p in ckpts.glob("step-*"))
+    assert last < 8
     # a save that a kill interrupted: never taken for a checkpoint
-    (ckpts / ".tmp-step-3" / "state").mkdir(parents=True, exist_ok=True)
+    (ckpts / f".tmp-step-{last + 1}" / "state").mkdir(parents=True, exist_ok=True)
     result = run(tiny_args(tiny_model_path, tiny_math_data, tmp_path, "killed", *common, "--resume"))
-    assert "resumed from" in result.stdout
+    assert "resumed from" in result.stdout and f"step-{last}" in result.stdout
     # metrics.jsonl: what the killed run logged after its checkpoint was dropped, so every step appears once
     resumed_rows = metrics(tmp_path / "killed")
-    assert [r["step"] for r in resumed_rows if "losses/policy_loss" in r] == [1, 2, 3, 4]
+    assert [r["step"] for r in resumed_rows if "losses/policy_loss" in r] == list(range(1, 9))
     evals = [r["step"] for r in resumed_rows if "eval/accuracy" in r]
-    assert evals[0] == 0 and evals[-1] == 4 and len(evals) == len(set(evals))
+    assert evals[0] == 0 and evals[-1] == 8 and len(evals) == len(set(evals))
 
-    straight = load_file(tmp_path / "straight/checkpoints/step-4/model/model.safetensors")
-    resumed = load_file(ckpts / "step-4/model/model.safetensors")
+    straight = load_file(tmp_path / "straight/checkpoints/step-8/model/model.safetensors")
+    resumed = load_file(ckpts / "step-8/model/model.safetensors")
     assert straight.keys() == resumed.keys()
     for k in straight:
         assert (straight[k] == resumed[k]).all(), k  # bitwise: same seeds, same data, same order on CPU
