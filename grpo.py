@@ -21,7 +21,7 @@ import torch
 import tyro
 from tqdm import tqdm
 
-from common.data import batch_indices, load_rows, tokenize_prompts
+from common.data import batch_indices, load_rows, prompt_tokens_bound, tokenize_prompts
 from common.evaluation import evaluate
 from common.generation import SamplingConfig, make_engine
 from common.model import DEFAULT_MODEL, load_policy
@@ -177,7 +177,9 @@ def main(args: Args) -> None:
         start_step = load_checkpoint(accelerator, ckpt)
         accelerator.print(f"resumed from {ckpt} at step {start_step}")
     engine = make_engine(args.backend, model_path=model_path, model=accelerator.unwrap_model(model).lm, tokenizer=tokenizer, seed=args.seed,
-                         max_model_len=None,  # vLLM: the model's own context length
+                         max_model_len=prompt_tokens_bound(tokenizer, [r["question"] for r in train_rows + eval_rows],
+                                                           args.template) + args.max_new_tokens,
+                         kv_cache_seqs=max(args.prompts_per_step // world * args.group_size, len(eval_rows)),
                          gpu_memory_utilization=args.gpu_memory_utilization, enable_sleep_mode=args.vllm_sleep)
     if start_step:
         engine.sync_weights(model, accelerator)

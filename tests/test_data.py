@@ -1,6 +1,7 @@
 """Tests of common/data.py: arithmetic task, loaders and row formats, prompts, batch order."""
 
 import json
+import random
 import re
 import warnings
 from pathlib import Path
@@ -10,7 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from common import data
-from common.data import batch_indices, build_prompt, load_rows, make_arithmetic, resolve_source, tokenize_prompts
+from common.data import (batch_indices, build_prompt, load_rows, make_arithmetic, prompt_tokens_bound, resolve_source,
+                         tokenize_prompts)
 
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 
@@ -268,6 +270,16 @@ def test_tokenize_prompts_single_bos(tokenizer, template):
         assert seq[0] == bos and seq.count(bos) == 1
         text = build_prompt(tokenizer, q, template)
         assert tokenizer.decode(seq, skip_special_tokens=False) == "<s>" + text.removeprefix("<s>")
+
+
+@pytest.mark.parametrize("template", ["chat", "plain"])
+def test_prompt_tokens_bound_holds_every_prompt(tokenizer, template):
+    rng = random.Random(0)
+    questions = ["", "What is 47 + 85?", "x" * 300, "Solve: " + " ".join(str(rng.randint(0, 10**6)) for _ in range(80)),
+                 "Ünïcode ∑ and \\frac{1}{2} " * 5, "trailing newline\n", " leading space"]
+    lengths = [len(ids) for ids in tokenize_prompts(tokenizer, questions, template)]
+    bound = prompt_tokens_bound(tokenizer, questions, template)
+    assert max(lengths) <= bound <= max(lengths) + 16  # holds every prompt, and is not loose
 
 
 # ---------------------------------------------------------------- batch order

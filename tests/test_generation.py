@@ -8,7 +8,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from common.generation import Completion, HFEngine, SamplingConfig, _full_weights, _hf_name, make_engine
+from common.generation import (CPU_KV_CACHE_MAX_GIB, Completion, HFEngine, SamplingConfig, _full_weights, _hf_name,
+                               cpu_kv_cache_bytes, make_engine)
 from conftest import build_tiny_model
 
 VLLM_TIMEOUT = pytest.mark.timeout(300)  # the first vLLM test pays the engine start (30-60 s on 2 cores)
@@ -213,3 +214,21 @@ def test_sync_weights_tied_lm_head(tmp_path_factory, prompts):
         assert after != before
     finally:
         engine.close()
+
+
+def test_cpu_kv_cache_bytes_sized_for_the_work():
+    from transformers import Qwen3Config
+
+    config = Qwen3Config(hidden_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                         num_hidden_layers=3, max_position_embeddings=1000)
+    per_token = 2 * 3 * 2 * 64 * 4  # K and V, 3 layers, 2 KV heads of 64, fp32: 3072 bytes
+    # 10 sequences of 200 tokens: each holds two 128-token blocks; one spare block
+    assert cpu_kv_cache_bytes(config, "float32", 200, 10) == (10 * 256 + 128) * per_token
+    assert cpu_kv_cache_bytes(config, "bfloat16", 200, 10) == (10 * 256 + 128) * per_token // 2
+    # no max_model_len: the model's context (1000 -> 1024 tokens)
+    assert cpu_kv_cache_bytes(config, "float32", None, 1) == (1024 + 128) * per_token
+    # capped for many sequences ...
+    cap_tokens = CPU_KV_CACHE_MAX_GIB * 2**30 // per_token
+    assert cpu_kv_cache_bytes(config, "float32", 200, 10**6) == int((cap_tokens + 128) * per_token)
+    # ... but never below one full-length sequence, which vLLM needs to start
+    assert cpu_kv_cache_bytes(config, "float32", 10**7, 1) == (-(-10**7 // 128) * 128 + 128) * per_token
