@@ -9,6 +9,11 @@ Batch layout: a dict of tensors, one row per sample (prompt + completion, right-
 `logprobs[n, t]` is log p(input_ids[n, t] | input_ids[n, :t]): aligned with input_ids, so the
 same response_mask selects tokens, log-probs and advantages.
 
+Shared prompts: the G samples of a group repeat their prompt. `backbone_hidden` runs each distinct
+prompt of a micro-batch once and the completions on top of its KV cache, and `micro_batches` keeps a
+prompt's rows together when that computes fewer tokens. The results are those of one plain forward
+per row (tested), so this is a speed-up, not an approximation.
+
 Exact aggregation (DESIGN.md): the loss of a micro-batch is its token (or sequence) sum divided by
 the token (or sequence) count of the global batch, summed over micro-batches by gradient
 accumulation, and multiplied by the number of processes because DDP averages gradients. Any
@@ -24,6 +29,7 @@ import torch.nn.functional as F
 from accelerate.utils import DistributedType
 from torch import nn
 from torch.utils.checkpoint import checkpoint
+from transformers import DynamicCache
 
 
 class LogprobModel(nn.Module):
@@ -41,7 +47,7 @@ class LogprobModel(nn.Module):
 
     def forward(self, input_ids, attention_mask, response_mask, temperature: float = 1.0):
         backbone = getattr(self.lm, self.lm.base_model_prefix)
-        hidden = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # [B, T, H]
+        hidden = backbone_hidden(backbone, input_ids, attention_mask, response_mask)  # [B, T, H]
         # the hidden state at t-1 predicts token t; only response tokens need a distribution
         targets_mask = response_mask[:, 1:].bool()  # [B, T-1]
         h = hidden[:, :-1][targets_mask]  # [M, H]
@@ -72,6 +78,64 @@ def _chunk_logprobs(h, targets, weight, bias, temperature: float):
     return logp, entropy
 
 
+def backbone_hidden(backbone: nn.Module, input_ids, attention_mask, response_mask) -> torch.Tensor:
+    """Last hidden states [B, T, H] of right-padded prompt + completion rows, each distinct prompt computed once.
+
+    The G samples of a group share their prompt, often the longer part of a row (a math question with a
+    chat template, against a short completion). The prompts run once, keeping their KV cache; the cache is
+    indexed out to each row, and the completions run on top of it, at their own positions. Gradients flow
+    back through the cache into the one prompt pass. Equal to `backbone(input_ids, attention_mask)` on
+    every prompt and completion position (up to float rounding; tested); what padding gets is unspecified.
+    Falls back to the plain forward where a cache cannot be threaded through: gradient checkpointing
+    (transformers drops the cache in checkpointed layers) and sharded parameters (FSDP, ZeRO-3: a second
+    pass through each layer per forward is not something we can test here).
+    """
+    plain = lambda: backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # noqa: E731
+    has_response = response_mask.bool().any(-1)
+    if not has_response.all() or (backbone.training and getattr(backbone, "is_gradient_checkpointing", False)) \
+            or _sharded(backbone):
+        return plain()
+    starts = response_mask.int().argmax(-1)  # [B] first completion position = prompt length
+    owner, first = prompt_groups(input_ids, starts)  # row -> its prompt; prompt -> a row holding it
+    if len(first) == len(owner):  # no prompt shared
+        return plain()
+    B, T = input_ids.shape
+    arange = torch.arange(T, device=input_ids.device)
+    # 1. the U distinct prompts, right-padded to the longest
+    p_len = int(starts.max())
+    p_mask = (arange[:p_len] < starts[first, None]).long()  # [U, Lp]
+    cache = DynamicCache(config=backbone.config)
+    h_prompt = backbone(input_ids=input_ids[first, :p_len], attention_mask=p_mask, past_key_values=cache,
+                        use_cache=True).last_hidden_state  # [U, Lp, H]
+    cache.batch_select_indices(owner)  # every row gets its prompt's keys and values
+    # 2. the completions, on top of the cache: row b's token t >= starts[b] goes to column t - starts[b]
+    c_len = T - int(starts.min())
+    pos = starts[:, None] + arange[:c_len]  # [B, Lc] positions in the row (rotary positions too)
+    c_ids = input_ids.gather(1, pos.clamp(max=T - 1))
+    c_mask = attention_mask.gather(1, pos.clamp(max=T - 1)) * (pos < T)
+    h_completion = backbone(input_ids=c_ids, attention_mask=torch.cat([p_mask[owner], c_mask], 1), position_ids=pos,
+                            past_key_values=cache, use_cache=True).last_hidden_state  # [B, Lc, H]
+    # 3. back to the rows' layout: position t < starts[b] from the prompt pass, the rest from the completion pass
+    both = torch.cat([h_prompt[owner], h_completion], 1)  # [B, Lp + Lc, H]
+    src = torch.where(arange < starts[:, None], arange, p_len + arange - starts[:, None])  # [B, T]
+    return both.gather(1, src[..., None].expand(-1, -1, both.shape[-1]))
+
+
+def prompt_groups(input_ids: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows with the same prompt (input_ids[b, :starts[b]]): (owner [B]: each row's prompt index in order of
+    first appearance, first [U]: the first row holding each prompt)."""
+    index: dict[tuple, int] = {}
+    owner = [index.setdefault(tuple(row[:s]), len(index)) for row, s in zip(input_ids.tolist(), starts.tolist())]
+    first = [owner.index(u) for u in range(len(index))]
+    return torch.tensor(owner, device=input_ids.device), torch.tensor(first, device=input_ids.device)
+
+
+def _sharded(module: nn.Module) -> bool:
+    """Parameters sharded over processes: FSDP1 (wrapper modules), FSDP2 (DTensor), DeepSpeed ZeRO-3 (ds_id)."""
+    return any(type(m).__name__ == "FullyShardedDataParallel" for m in module.modules()) or \
+        any(type(p).__name__ == "DTensor" or hasattr(p, "ds_id") for p in module.parameters())
+
+
 class ValueModel(nn.Module):
     """A causal LM's backbone with a scalar head (a critic); forward returns per-token values [B, T].
 
@@ -89,18 +153,35 @@ class ValueModel(nn.Module):
         nn.init.zeros_(self.head.bias)
 
     def forward(self, input_ids, attention_mask, response_mask):
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # [B, T, H]
+        hidden = backbone_hidden(self.backbone, input_ids, attention_mask, response_mask)  # [B, T, H]
         values = self.head(hidden[:, :-1]).squeeze(-1).float() * response_mask[:, 1:]  # [B, T-1]
         return F.pad(values, (1, 0))  # [B, T]
 
 
-def micro_batches(lengths: torch.Tensor, token_budget: int) -> list[torch.Tensor]:
+def micro_batches(lengths: torch.Tensor, token_budget: int, starts: torch.Tensor | None = None,
+                  groups: torch.Tensor | None = None) -> list[torch.Tensor]:
     """Split row indices into micro-batches of at most `token_budget` padded tokens.
 
-    Rows are sorted by length so that each micro-batch pads to a similar length (little waste);
-    a single row longer than the budget still gets a micro-batch of its own.
+    Rows sorted by length pad to similar lengths (little waste); a single row longer than the budget
+    still gets a micro-batch of its own. Given `starts` (prompt lengths) and `groups` (row -> prompt),
+    a second split keeps each prompt's rows together, longest group first, so that backbone_hidden runs
+    the prompt once for all of them; the split with fewer tokens to compute is returned.
     """
-    order = torch.argsort(lengths, descending=True).tolist()
+    by_length = _fill(torch.argsort(lengths, descending=True).tolist(), lengths, token_budget)
+    if groups is None:
+        return by_length
+    group_len = torch.zeros(int(groups.max()) + 1, dtype=lengths.dtype).scatter_reduce(0, groups, lengths, "amax")
+    order = sorted(range(len(lengths)), key=lambda i: (-int(group_len[groups[i]]), int(groups[i]), -int(lengths[i])))
+    by_prompt = _fill(order, lengths, token_budget)
+
+    def computed(mb):  # tokens backbone_hidden runs: the distinct prompts, then every row from the shortest prompt on
+        return len(set(groups[mb].tolist())) * int(starts[mb].max()) + len(mb) * int(lengths[mb].max() - starts[mb].min())
+
+    return min(by_length, by_prompt, key=lambda mbs: sum(computed(mb) for mb in mbs))
+
+
+def _fill(order: list[int], lengths: torch.Tensor, token_budget: int) -> list[torch.Tensor]:
+    """Greedy: rows in `order` into micro-batches while (rows x longest row) <= token_budget."""
     batches, current, width = [], [], 0
     for i in order:
         new_width = max(width, int(lengths[i]))
@@ -114,6 +195,12 @@ def micro_batches(lengths: torch.Tensor, token_budget: int) -> list[torch.Tensor
     return batches
 
 
+def row_micro_batches(batch: dict[str, torch.Tensor], token_budget: int) -> list[torch.Tensor]:
+    """micro_batches for a batch of rows (make_batch's layout), aware of the prompts they share."""
+    starts = batch["response_mask"].int().argmax(-1)
+    return micro_batches(batch["attention_mask"].sum(-1), token_budget, starts, prompt_groups(batch["input_ids"], starts)[0])
+
+
 def select(batch: dict[str, torch.Tensor], idx: torch.Tensor) -> dict[str, torch.Tensor]:
     """Rows `idx` of every tensor in `batch`, trimmed to the longest of those rows."""
     width = int(batch["attention_mask"][idx].sum(-1).max())
@@ -124,7 +211,7 @@ def select(batch: dict[str, torch.Tensor], idx: torch.Tensor) -> dict[str, torch
 def compute_logprobs(model: nn.Module, batch: dict[str, torch.Tensor], token_budget: int, temperature: float):
     """Per-token log-probs [N, T] of the batch's response tokens, by micro-batches, without grad."""
     logprobs = torch.zeros_like(batch["input_ids"], dtype=torch.float32)
-    for idx in micro_batches(batch["attention_mask"].sum(-1), token_budget):
+    for idx in row_micro_batches(batch, token_budget):
         mb = select(batch, idx)
         lp, _ = model(mb["input_ids"], mb["attention_mask"], mb["response_mask"], temperature)
         logprobs[idx, : lp.shape[1]] = lp.float()
@@ -135,7 +222,7 @@ def compute_logprobs(model: nn.Module, batch: dict[str, torch.Tensor], token_bud
 def compute_values(model: nn.Module, batch: dict[str, torch.Tensor], token_budget: int) -> torch.Tensor:
     """Per-token values [N, T] of a ValueModel on the batch's response tokens, by micro-batches, without grad."""
     values = torch.zeros_like(batch["input_ids"], dtype=torch.float32)
-    for idx in micro_batches(batch["attention_mask"].sum(-1), token_budget):
+    for idx in row_micro_batches(batch, token_budget):
         mb = select(batch, idx)
         v = model(mb["input_ids"], mb["attention_mask"], mb["response_mask"])
         values[idx, : v.shape[1]] = v.float()
@@ -161,7 +248,7 @@ def ppo_step(accelerator, model, optimizer, scheduler, batch, loss_fn: LossFn, t
     num_tokens = global_sum(accelerator, batch["response_mask"].sum())
     num_seqs = global_sum(accelerator, batch["response_mask"].shape[0])
     stats: dict[str, float] = {}
-    mbs = micro_batches(batch["attention_mask"].sum(-1), token_budget)
+    mbs = row_micro_batches(batch, token_budget)
     for i, idx in enumerate(mbs):
         # all-reduce gradients once, on the last micro-batch; each process has at least one
         last = i == len(mbs) - 1

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from common.update import LogprobModel, build_optimizer, micro_batches, make_batch, select
+from common.update import LogprobModel, ValueModel, backbone_hidden, build_optimizer, micro_batches, make_batch, select
 from tests.step_equivalence import run, tiny_lm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,6 +42,52 @@ def test_logprobs_and_grads_match_full_log_softmax(chunk_size):
         torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-4)
 
 
+# groups of samples sharing a prompt (as the scripts build them), prompts of different lengths, completions of
+# different lengths, a lone prompt, a prompt that is a prefix of another
+GROUPED = ([[5, 6, 7, 8]] * 3 + [[9, 10]] * 2 + [[11]] + [[5, 6, 7]] * 2,
+           [[12, 13, 14, 15, 16], [17], [18, 19, 20], [21, 22], [23, 24, 25, 26, 27, 28, 29], [30, 31], [32], [33, 34]])
+
+
+def test_shared_prompt_forward_matches_the_plain_forward_and_its_gradients():
+    batch = make_batch(*GROUPED, pad_id=0)
+    lm = tiny_lm()
+    model = LogprobModel(lm, chunk_size=7)
+    logprobs, entropy = model(batch["input_ids"], batch["attention_mask"], batch["response_mask"], 0.7)
+    ref, ref_entropy = naive_logprobs(lm, batch, 0.7)  # one plain forward over every full row
+    torch.testing.assert_close(logprobs, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(entropy, ref_entropy, atol=1e-5, rtol=1e-5)
+    weights = torch.randn(logprobs.shape, generator=torch.Generator().manual_seed(0))
+    grads = torch.autograd.grad((logprobs * weights).sum(), list(lm.parameters()))
+    ref_grads = torch.autograd.grad((ref * weights).sum(), list(lm.parameters()))
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-4)
+    # every prompt and completion position of the hidden states, not only what the log-probs read
+    hidden = backbone_hidden(lm.model, batch["input_ids"], batch["attention_mask"], batch["response_mask"])
+    plain = lm.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    real = batch["attention_mask"].bool()
+    torch.testing.assert_close(hidden[real], plain[real], atol=1e-5, rtol=1e-5)
+    # the critic reads the same hidden states
+    critic = ValueModel(lm)
+    torch.nn.init.normal_(critic.head.weight)
+    values = critic(batch["input_ids"], batch["attention_mask"], batch["response_mask"])
+    ref_values = critic.head(plain[:, :-1]).squeeze(-1) * batch["response_mask"][:, 1:]
+    torch.testing.assert_close(values[:, 1:], ref_values, atol=1e-5, rtol=1e-5)
+
+
+def test_shared_prompt_forward_runs_each_prompt_once():
+    batch = make_batch(*GROUPED, pad_id=0)
+    lm = tiny_lm()
+    seen = []
+    lm.model.embed_tokens.register_forward_hook(lambda m, args, out: seen.append(tuple(args[0].shape)))
+    LogprobModel(lm)(batch["input_ids"], batch["attention_mask"], batch["response_mask"])
+    # 4 distinct prompts (longest 4 tokens), then 8 completions from the shortest prompt's end (9 - 1 columns)
+    assert batch["input_ids"].shape == (8, 9) and seen == [(4, 4), (8, 8)]
+    seen.clear()
+    lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    LogprobModel(lm)(batch["input_ids"], batch["attention_mask"], batch["response_mask"])
+    assert seen == [(8, 9)]  # checkpointed layers drop a KV cache: one plain pass instead
+
+
 def test_micro_batches_respect_budget_and_cover_every_row_once():
     lengths = torch.tensor([5, 17, 3, 9, 9, 30, 1, 12])
     mbs = micro_batches(lengths, token_budget=32)
@@ -49,6 +95,23 @@ def test_micro_batches_respect_budget_and_cover_every_row_once():
     for idx in mbs:
         assert len(idx) == 1 or len(idx) * lengths[idx].max() <= 32  # a row over budget goes alone
     assert len(micro_batches(lengths, 10**6)) == 1
+
+
+def test_micro_batches_keep_a_prompts_rows_together_when_that_computes_less():
+    # 3 prompts x 2 samples; long prompts (20 tokens), short completions: by length would mix the groups
+    starts = torch.tensor([20, 20, 20, 20, 20, 20])
+    lengths = starts + torch.tensor([9, 2, 8, 3, 7, 4])
+    groups = torch.tensor([0, 0, 1, 1, 2, 2])
+    # by length: [0, 2], [4, 5], [1, 3]: two prompts each, 58 + 54 + 46 = 158 tokens computed;
+    # by prompt: [0, 1], [2, 3], [4, 5]: one prompt each, (20 + 2 x 9) + (20 + 2 x 8) + (20 + 2 x 7) = 108
+    assert [sorted(mb.tolist()) for mb in micro_batches(lengths, 60)] == [[0, 2], [4, 5], [1, 3]]
+    mbs = micro_batches(lengths, 60, starts, groups)
+    assert [sorted(mb.tolist()) for mb in mbs] == [[0, 1], [2, 3], [4, 5]]
+    for idx in mbs:
+        assert len(idx) * lengths[idx].max() <= 60  # the budget still bounds padded rows
+    # no prompt shared: the length-sorted split
+    assert [mb.tolist() for mb in micro_batches(lengths, 60, starts, torch.arange(6))] == \
+        [mb.tolist() for mb in micro_batches(lengths, 60)]
 
 
 def test_select_trims_padding():
