@@ -91,15 +91,13 @@ def backbone_hidden(backbone: nn.Module, input_ids, attention_mask, response_mas
     pass through each layer per forward is not something we can test here).
     """
     plain = lambda: backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # noqa: E731
-    has_response = response_mask.bool().any(-1)
-    if not has_response.all() or (backbone.training and getattr(backbone, "is_gradient_checkpointing", False)) \
-            or _sharded(backbone):
+    if (backbone.training and getattr(backbone, "is_gradient_checkpointing", False)) or _sharded(backbone):
         return plain()
-    starts = response_mask.int().argmax(-1)  # [B] first completion position = prompt length
+    starts = prompt_lengths(attention_mask, response_mask)  # [B]
     owner, first = prompt_groups(input_ids, starts)  # row -> its prompt; prompt -> a row holding it
-    if len(first) == len(owner):  # no prompt shared
-        return plain()
     B, T = input_ids.shape
+    if len(first) == B or int(starts.min()) == T:  # no prompt shared, or no completion at all
+        return plain()
     arange = torch.arange(T, device=input_ids.device)
     # 1. the U distinct prompts, right-padded to the longest
     p_len = int(starts.max())
@@ -119,6 +117,13 @@ def backbone_hidden(backbone: nn.Module, input_ids, attention_mask, response_mas
     both = torch.cat([h_prompt[owner], h_completion], 1)  # [B, Lp + Lc, H]
     src = torch.where(arange < starts[:, None], arange, p_len + arange - starts[:, None])  # [B, T]
     return both.gather(1, src[..., None].expand(-1, -1, both.shape[-1]))
+
+
+def prompt_lengths(attention_mask: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """[B] where each row's completion starts; a row with no response token (e.g. DAPO's masked overlong
+    samples) counts as all prompt."""
+    has_response = response_mask.bool().any(-1)
+    return torch.where(has_response, response_mask.int().argmax(-1), attention_mask.sum(-1))
 
 
 def prompt_groups(input_ids: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -197,7 +202,7 @@ def _fill(order: list[int], lengths: torch.Tensor, token_budget: int) -> list[to
 
 def row_micro_batches(batch: dict[str, torch.Tensor], token_budget: int) -> list[torch.Tensor]:
     """micro_batches for a batch of rows (make_batch's layout), aware of the prompts they share."""
-    starts = batch["response_mask"].int().argmax(-1)
+    starts = prompt_lengths(batch["attention_mask"], batch["response_mask"])
     return micro_batches(batch["attention_mask"].sum(-1), token_budget, starts, prompt_groups(batch["input_ids"], starts)[0])
 
 

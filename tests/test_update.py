@@ -48,19 +48,22 @@ GROUPED = ([[5, 6, 7, 8]] * 3 + [[9, 10]] * 2 + [[11]] + [[5, 6, 7]] * 2,
            [[12, 13, 14, 15, 16], [17], [18, 19, 20], [21, 22], [23, 24, 25, 26, 27, 28, 29], [30, 31], [32], [33, 34]])
 
 
-def test_shared_prompt_forward_matches_the_plain_forward_and_its_gradients():
+@pytest.mark.parametrize("masked_rows", [[], [1], list(range(8))])
+def test_shared_prompt_forward_matches_the_plain_forward_and_its_gradients(masked_rows):
     batch = make_batch(*GROUPED, pad_id=0)
+    batch["response_mask"][masked_rows] = 0  # as DAPO's overlong filter: rows without a loss token
     lm = tiny_lm()
     model = LogprobModel(lm, chunk_size=7)
     logprobs, entropy = model(batch["input_ids"], batch["attention_mask"], batch["response_mask"], 0.7)
     ref, ref_entropy = naive_logprobs(lm, batch, 0.7)  # one plain forward over every full row
     torch.testing.assert_close(logprobs, ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(entropy, ref_entropy, atol=1e-5, rtol=1e-5)
-    weights = torch.randn(logprobs.shape, generator=torch.Generator().manual_seed(0))
-    grads = torch.autograd.grad((logprobs * weights).sum(), list(lm.parameters()))
-    ref_grads = torch.autograd.grad((ref * weights).sum(), list(lm.parameters()))
-    for g, r in zip(grads, ref_grads):
-        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-4)
+    if batch["response_mask"].any():
+        weights = torch.randn(logprobs.shape, generator=torch.Generator().manual_seed(0))
+        grads = torch.autograd.grad((logprobs * weights).sum(), list(lm.parameters()))
+        ref_grads = torch.autograd.grad((ref * weights).sum(), list(lm.parameters()))
+        for g, r in zip(grads, ref_grads):
+            torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-4)
     # every prompt and completion position of the hidden states, not only what the log-probs read
     hidden = backbone_hidden(lm.model, batch["input_ids"], batch["attention_mask"], batch["response_mask"])
     plain = lm.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
