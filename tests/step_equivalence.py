@@ -135,6 +135,8 @@ if __name__ == "__main__":
     params, world = step(sys.argv[1], int(sys.argv[3]) if len(sys.argv) > 3 else 10**6)
     if Accelerator(cpu=True).is_main_process:
         torch.save({"params": params, "world_size": world}, sys.argv[2])
-    if torch.distributed.is_initialized():  # leave together and shut gloo down before interpreter exit: a rank
-        torch.distributed.barrier()  # that exited with gloo's threads alive aborted once ("terminate called
-        torch.distributed.destroy_process_group()  # without an active exception"), failing the test
+    # Leave together and shut gloo down before interpreter exit: a rank that exited with gloo's threads alive
+    # aborted once ("terminate called without an active exception"), failing the test.
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
