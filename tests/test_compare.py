@@ -1,4 +1,5 @@
-"""tools/compare.py end to end on the tiny model: runs, plot, table (checked against the metrics), reuse, failures."""
+"""tools/compare.py end to end on the tiny model: runs, sampled evals, plot, table (checked against the metrics and
+the samples), reuse, failures."""
 
 import json
 import re
@@ -31,9 +32,20 @@ def table_rows(md: str) -> dict[str, list[str]]:
     return rows
 
 
-def expected_row(out: Path, algo: str, seeds: list[int]) -> list[str]:
-    """The row computed here, independently, from the runs' metrics.jsonl and the recorded wall times."""
-    start, final, length, wall = [], [], [], []
+def avg_at_n(eval_dir: Path, n: int) -> float:
+    """Mean reward of an eval.py samples.jsonl, after checking it holds n samples of every problem."""
+    samples = [json.loads(line) for line in (eval_dir / "samples.jsonl").read_text().splitlines()]
+    per_problem = {}
+    for s in samples:
+        per_problem.setdefault(s["id"], []).append(s["correct"])
+    assert samples and all(len(v) == n for v in per_problem.values())
+    return sum(s["correct"] for s in samples) / len(samples)
+
+
+def expected_row(out: Path, algo: str, seeds: list[int], n: int | None = None) -> list[str]:
+    """The row computed here, independently, from the runs' metrics.jsonl, the recorded wall times and (n given)
+    the samples of the sampled evals."""
+    start, final, length, wall, sampled_final = [], [], [], [], []
     for seed in seeds:
         rows = [json.loads(line) for line in (out / f"runs/compare__{algo}__{seed}/metrics.jsonl").read_text().splitlines()]
         evals = [r for r in rows if "eval/accuracy" in r]
@@ -42,29 +54,46 @@ def expected_row(out: Path, algo: str, seeds: list[int]) -> list[str]:
         final.append(evals[-1]["eval/accuracy"])
         length.append([r for r in rows if r["step"] == 2 and "rollout/response_len_mean" in r][0]["rollout/response_len_mean"])
         wall.append(json.loads((out / f"logs/{algo}__{seed}.json").read_text())["wall_s"])
+        if n:
+            sampled_final.append(avg_at_n(out / f"evals/compare__{algo}__{seed}", n))
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
     pm = lambda xs: f"{mean(xs):.3f} ± {(max(xs) - min(xs)) / 2:.3f}" if len(xs) > 1 else f"{xs[0]:.3f}"  # noqa: E731
     gain = mean([f - s for s, f in zip(start, final)])
-    return [algo, " ".join(map(str, seeds)), pm(start), pm(final), f"{gain:+.3f}", f"{mean(wall):.1f} s", f"{mean(length):.1f}"]
+    sampled = []
+    if n:
+        sampled_start = avg_at_n(out / "evals/start", n)  # one eval of the start model serves every run
+        sampled = [pm([sampled_start] * len(seeds)), pm(sampled_final), f"{mean(sampled_final) - sampled_start:+.3f}"]
+    return [algo, " ".join(map(str, seeds)), pm(start), pm(final), f"{gain:+.3f}", *sampled, f"{mean(wall):.1f} s",
+            f"{mean(length):.1f}"]
 
 
 def test_compare_two_algorithms_two_seeds_then_reuse(tiny_model_path, tiny_math_data, tmp_path):
-    cmd = ["--algorithms", "lite_ppo", "grpo", "--seeds", "1", "2", *settings(tiny_model_path, tiny_math_data)]
+    cmd = ["--algorithms", "lite_ppo", "grpo", "--seeds", "1", "2", "--final-samples", "3",
+           *settings(tiny_model_path, tiny_math_data)]
     result = compare(tmp_path, *cmd)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
     png = (tmp_path / "compare.png").read_bytes()
-    assert png.startswith(PNG_MAGIC) and len(png) > 20_000  # two panels with curves, not an empty canvas
+    assert png.startswith(PNG_MAGIC) and len(png) > 30_000  # three panels with curves, not an empty canvas
     md = (tmp_path / "compare.md").read_text()
+    assert "| start avg@3 | final avg@3 | gain avg@3 |" in md
     rows = table_rows(md)
     assert set(rows) == {"lite_ppo", "grpo"}
     for algo in ("lite_ppo", "grpo"):
-        assert rows[algo] == expected_row(tmp_path, algo, [1, 2])
+        assert rows[algo] == expected_row(tmp_path, algo, [1, 2], n=3)
         for seed in (1, 2):
             log = (tmp_path / f"logs/{algo}__{seed}.log").read_text()
             assert "held-out accuracy" in log  # the script's own output, teed
+            # the sampled eval: eval.py on the last checkpoint with the run's sampling settings
+            eval_cmd = json.loads((tmp_path / f"logs/{algo}__{seed}__eval.json").read_text())["command"]
+            flag = dict(zip(eval_cmd[1::2], eval_cmd[2::2]))
+            assert flag["--model"] == str(tmp_path / f"runs/compare__{algo}__{seed}/checkpoints/step-2")
+            assert (flag["--n"], flag["--temperature"], flag["--max-new-tokens"], flag["--limit"]) == ("3", "1.0", "12", "8")
+    start_cmd = json.loads((tmp_path / "logs/start__eval.json").read_text())["command"]
+    assert start_cmd[start_cmd.index("--model") + 1] == tiny_model_path
     assert f"compare.py --out {tmp_path} --algorithms lite_ppo grpo" in md  # the command line
     assert "--learning-rate 0.01" in md  # and each script's
+    assert f"python eval.py --model {tiny_model_path} " in md  # and the start model's sampled eval
     assert all(line in result.stdout for line in md.splitlines() if line.startswith("| "))  # the table is printed too
 
     # --skip-existing: nothing reruns (logs untouched), the same table (recorded wall times reused)
@@ -72,6 +101,7 @@ def test_compare_two_algorithms_two_seeds_then_reuse(tiny_model_path, tiny_math_
     again = compare(tmp_path, *cmd, "--skip-existing")
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert again.stdout.count("finished run reused") == 4
+    assert again.stdout.count("finished eval reused") == 5  # the start model and the 4 checkpoints
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "logs").iterdir()} == logs
     assert table_rows((tmp_path / "compare.md").read_text()) == rows
 
@@ -81,6 +111,15 @@ def test_compare_two_algorithms_two_seeds_then_reuse(tiny_model_path, tiny_math_
     assert redraw.returncode == 0, redraw.stdout[-3000:] + redraw.stderr[-3000:]
     assert (tmp_path / "compare.png").read_bytes().startswith(PNG_MAGIC)
     assert table_rows((tmp_path / "compare.md").read_text()) == rows
+
+    # a run trained again (other flags) drops its checkpoint's old eval and gets a new one; the start eval is reused
+    rerun = compare(tmp_path, "--algorithms", "grpo", "--seeds", "1", "--final-samples", "3", "--skip-existing",
+                    *settings(tiny_model_path, tiny_math_data), "--", "--beta", "0.5")
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    assert "the existing run had other flags" in rerun.stdout
+    assert "sampled eval of start model: finished eval reused" in rerun.stdout
+    assert "sampled eval of grpo seed 1: finished eval reused" not in rerun.stdout
+    assert table_rows((tmp_path / "compare.md").read_text())["grpo"] == expected_row(tmp_path, "grpo", [1], n=3)
 
 
 def test_failed_runs_are_reported_and_the_others_still_run(tiny_model_path, tiny_math_data, tmp_path):
@@ -100,14 +139,16 @@ def test_failed_runs_are_reported_and_the_others_still_run(tiny_model_path, tiny
 
 
 def test_table_and_plot_from_runs_on_disk(tmp_path):
-    """--plot-only on hand-written runs: mean ± half range, gain, a missing seed, a missing wall time, NaN lengths."""
+    """--plot-only on hand-written runs: mean ± half range, gain, a missing seed, a missing wall time, NaN lengths,
+    sampled evals for some runs only."""
     curves = {("lite_ppo", 1): ([0.10, 0.30, 0.50], [20.0, 30.0], 100.0), ("lite_ppo", 2): ([0.20, 0.20, 0.30], [24.0, 26.0], 300.0),
               ("dapo", 1): ([0.40, 0.45, 0.60], [10.0, float("nan")], None)}  # eval accs, train lengths, wall time
     for (algo, seed), (accs, lengths, wall) in curves.items():
         run = tmp_path / "runs" / f"compare__{algo}__{seed}"
         run.mkdir(parents=True)
         (run / "args.json").write_text(json.dumps({"total_steps": 2, "model": "m", "dataset": "d", "eval_dataset": None,
-                                                   "eval_size": 8, "prompts_per_step": 4, "group_size": 2}))
+                                                   "eval_size": 8, "prompts_per_step": 4, "group_size": 2,
+                                                   "temperature": 1.0}))
         rows = [{"step": 0, "eval/accuracy": accs[0]}]
         for step in (1, 2):
             rows += [{"step": step, "rollout/response_len_mean": lengths[step - 1]}, {"step": step, "eval/accuracy": accs[step]}]
@@ -116,12 +157,17 @@ def test_table_and_plot_from_runs_on_disk(tmp_path):
             (tmp_path / "logs").mkdir(exist_ok=True)
             (tmp_path / "logs" / f"{algo}__{seed}.json").write_text(json.dumps({"wall_s": wall, "flags": ["--x", "1"],
                                                                                "command": "python tools/compare.py"}))
+    for name, avg in (("start", 0.25), ("compare__lite_ppo__1", 0.5), ("compare__lite_ppo__2", 0.75)):  # none for dapo
+        (tmp_path / "evals" / name).mkdir(parents=True)
+        (tmp_path / "evals" / name / "summary.json").write_text(json.dumps({"results": {"d": {"n": 4, "metrics": {
+            "accuracy": avg, "maj@4": avg}}}}))
     result = compare(tmp_path, "--plot-only", "--algorithms", "lite_ppo", "dapo", "--seeds", "1", "2")
     assert result.returncode == 1  # dapo seed 2 is missing
     assert f"dapo seed 2: no finished run in {tmp_path / 'runs' / 'compare__dapo__2'}" in result.stdout
     rows = table_rows((tmp_path / "compare.md").read_text())
-    assert rows["lite_ppo"] == ["lite_ppo", "1 2", "0.150 ± 0.050", "0.400 ± 0.100", "+0.250", "3.3 min", "28.0"]
-    assert rows["dapo"] == ["dapo", "1", "0.400", "0.600", "+0.200", "—", "—"]
+    assert rows["lite_ppo"] == ["lite_ppo", "1 2", "0.150 ± 0.050", "0.400 ± 0.100", "+0.250",
+                                "0.250 ± 0.000", "0.625 ± 0.125", "+0.375", "3.3 min", "28.0"]
+    assert rows["dapo"] == ["dapo", "1", "0.400", "0.600", "+0.200", "—", "—", "—", "—", "—"]
     png = (tmp_path / "compare.png").read_bytes()
     assert png.startswith(PNG_MAGIC) and len(png) > 20_000
 

@@ -2,13 +2,18 @@
 
 Each (seed, algorithm) is a separate `python <algorithm>.py` process, run one after the other (never in
 parallel: each run uses every core), with the same settings, its output teed to <out>/logs/<algo>__<seed>.log.
-Then <out>/compare.png (held-out accuracy and mean response length vs step: the mean over seeds, a band from
-min to max when there are 2 or more) and <out>/compare.md (the table, also printed, and the commands).
+Then eval.py samples --final-samples answers per held-out problem from the start model and from each run's last
+checkpoint, at the runs' own sampling settings (temperature, top-p, top-k, length): avg@N is the expected reward
+of the policy that training optimizes, on the held-out set, and it does not hinge on one greedy answer per
+problem. Then <out>/compare.png (greedy held-out accuracy and mean response length vs step, avg@N at the start
+and the end: the mean over seeds, a band from min to max when there are 2 or more) and <out>/compare.md (the
+table, also printed, and the commands).
 
     python tools/compare.py                                          # 4 algorithms x seeds 1 2, scripts' defaults
     python tools/compare.py --algorithms lite_ppo grpo --seeds 1 2 3 --total-steps 16 --eval-every 4
     python tools/compare.py --skip-existing --seeds 1 2 3            # add seed 3, reuse the finished runs
     python tools/compare.py --plot-only                              # redraw the plot and table from the runs
+    python tools/compare.py --final-samples 0                        # greedy curves only, no sampled eval
     python tools/compare.py --algorithms grpo dapo -- --temperature 0.99 --top-p 0.99   # after --: to every script
 
 Unset settings (None) are the scripts' own defaults; flags after `--` go to every script as they are. A run
@@ -48,6 +53,8 @@ class Args:
     """reuse a run that finished with the same flags (metrics.jsonl holds its final eval) instead of rerunning it"""
     plot_only: bool = False
     """run nothing: plot and tabulate the runs already in --out"""
+    final_samples: int = 16
+    """eval.py's samples per held-out problem (avg@N) from the start model and each run's last checkpoint; 0 = none"""
     # the settings that define the comparison, the same for every script (None: the scripts' own default)
     model: str | None = None
     """hub id, local Hugging Face directory or smollm2-135m-instruct"""
@@ -120,12 +127,28 @@ def tail(path: Path, n: int = TAIL_LINES) -> str:
     return "\n".join([line for line in text.splitlines() if line.strip()][-n:])  # tqdm's \r updates: one line each
 
 
-def run_one(algo: str, seed: int, flags: list[str], out: Path) -> tuple[int, float]:
-    """Run one script to the end, its stdout and stderr teed to the console and its log; (exit status, seconds)."""
-    log = out / "logs" / f"{algo}__{seed}.log"
-    cmd = [sys.executable, str(ROOT / f"{algo}.py"), "--seed", str(seed), "--run-name", run_name(algo, seed),
-           "--output-dir", str(out / "runs"), *flags]
-    print(f"[compare] {algo} seed {seed}: {shlex.join(cmd)}\n[compare] log: {log}", flush=True)
+def sampled_eval_command(run_args: dict, model: str, n: int, out_dir: Path) -> list[str]:
+    """eval.py on the run's held-out set with the run's sampling settings, n samples per problem, seed 0."""
+    return [sys.executable, str(ROOT / "eval.py"), "--model", model,
+            "--datasets", run_args["eval_dataset"] or run_args["dataset"], "--split", "test",
+            "--limit", str(run_args["eval_size"]), "--n", str(n), "--temperature", str(run_args["temperature"]),
+            "--top-p", str(run_args["top_p"]), "--top-k", str(run_args["top_k"]),
+            "--max-new-tokens", str(run_args["max_new_tokens"]), "--template", run_args["template"],
+            "--backend", run_args["backend"], "--seed", "0", "--output-dir", str(out_dir)]
+
+
+def load_sampled(eval_dir: Path) -> dict | None:
+    """n and avg@n of an eval.py summary with one data set, or None if there is none."""
+    try:
+        (result,) = json.loads((eval_dir / "summary.json").read_text())["results"].values()
+    except (OSError, ValueError, KeyError):
+        return None
+    return {"n": result["n"], "avg": result["metrics"]["accuracy"]}
+
+
+def run_logged(cmd: list[str], log: Path, what: str) -> tuple[int, float]:
+    """Run a command to the end, its stdout and stderr teed to the console and to `log`; (exit status, seconds)."""
+    print(f"[compare] {what}: {shlex.join(cmd)}\n[compare] log: {log}", flush=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # logs in real time
     start = time.perf_counter()
     with open(log, "wb") as f:
@@ -144,6 +167,23 @@ def run_one(algo: str, seed: int, flags: list[str], out: Path) -> tuple[int, flo
             proc.wait()
             raise
     return returncode, time.perf_counter() - start
+
+
+def sampled_eval(cmd: list[str], eval_dir: Path, log: Path, what: str) -> str | None:
+    """Run eval.py unless eval_dir holds the result of this same command; None, or why it failed."""
+    record = log.with_suffix(".json")
+    if record.exists() and load_sampled(eval_dir) is not None:
+        previous = json.loads(record.read_text())
+        if previous.get("command") == cmd[1:] and previous.get("returncode") == 0:  # cmd[0]: the interpreter
+            print(f"[compare] {what}: finished eval reused ({eval_dir})", flush=True)
+            return None
+    shutil.rmtree(eval_dir, ignore_errors=True)
+    returncode, seconds = run_logged(cmd, log, what)
+    record.write_text(json.dumps({"command": cmd[1:], "returncode": returncode, "wall_s": seconds}, indent=2))
+    if returncode != 0 or load_sampled(eval_dir) is None:
+        print(f"\n[compare] FAILED: {what} (exit status {returncode}); log {log}, last lines:\n{tail(log)}\n", flush=True)
+        return f"{what} failed (exit status {returncode})"
+    return None
 
 
 def stats(values: list[float]) -> tuple[float, float]:
@@ -167,10 +207,10 @@ def fmt_seconds(s: float) -> str:
 
 
 def curve(runs: list[dict], key: str) -> tuple[list[int], list[float], list[float], list[float]]:
-    """steps, mean, min, max over the runs that have each step (NaN values left out)."""
+    """steps, mean, min, max over the runs that have each step (NaN values and runs without `key` left out)."""
     by_step: dict[int, list[float]] = {}
     for r in runs:
-        for step, value in r[key]:
+        for step, value in r.get(key, []):
             if value is not None and not math.isnan(value):
                 by_step.setdefault(step, []).append(value)
     steps = sorted(by_step)
@@ -192,22 +232,29 @@ def plot(results: dict[str, list[dict]], path: Path) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    fig, (ax_acc, ax_len) = plt.subplots(1, 2, figsize=(12, 4.5))
+    n = sampled_n(results)
+    fig, axes = plt.subplots(1, 3 if n else 2, figsize=(18 if n else 12, 4.5))
+    panels = list(zip(axes, ("acc", "len", "sampled")))
     for algo, runs in results.items():
-        if not runs:
-            continue
         label = f"{algo} ({len(runs)} seed{'s' * (len(runs) > 1)})"
-        for ax, key in ((ax_acc, "acc"), (ax_len, "len")):
-            steps, mean, lo, hi = curve(runs, key)
+        for ax, key in panels:
+            with_key = [r for r in runs if key in r]
+            if not with_key:
+                continue
+            steps, mean, lo, hi = curve(with_key, key)
             (line,) = ax.plot(steps, mean, marker="o" if len(steps) <= 40 else None, markersize=4, label=label)
-            if len(runs) >= 2:
+            if len(with_key) >= 2:
                 ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
     first = next(r for runs in results.values() for r in runs)
+    ax_acc, ax_len = axes[0], axes[1]
     band = " (band: min..max over seeds)" if any(len(r) >= 2 for r in results.values()) else ""
     fig.suptitle(describe(first["args"]) + band)
     ax_acc.set(title="held-out accuracy (greedy)", xlabel="step", ylabel="eval/accuracy")
     ax_len.set(title="mean response length (training samples)", xlabel="step", ylabel="rollout/response_len_mean (tokens)")
-    for ax in (ax_acc, ax_len):
+    if n:
+        axes[2].set(title=f"held-out avg@{n}, sampled at T={first['args']['temperature']}: start and last step",
+                    xlabel="step", ylabel=f"avg@{n}")
+    for ax in axes:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         ax.legend()
@@ -216,18 +263,31 @@ def plot(results: dict[str, list[dict]], path: Path) -> None:
     plt.close(fig)
 
 
+def sampled_n(results: dict[str, list[dict]]) -> int | None:
+    """N of the avg@N evals, if any run has one."""
+    return next((r["sampled_n"] for runs in results.values() for r in runs if "sampled" in r), None)
+
+
 def table(results: dict[str, list[dict]], seeds_of: dict[str, list[int]]) -> str:
-    lines = ["| algorithm | seeds | start acc | final acc | gain | wall time per run | final response length |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+    n = sampled_n(results)
+    sampled_head = f" start avg@{n} | final avg@{n} | gain avg@{n} |" if n else ""
+    lines = [f"| algorithm | seeds | start acc | final acc | gain |{sampled_head} wall time per run | final response length |",
+             "|---|---|---:|---:|---:|" + "---:|" * (3 if n else 0) + "---:|---:|"]
     for algo, runs in results.items():
         if not runs:
-            lines.append(f"| {algo} | none finished | — | — | — | — | — |")
+            lines.append(f"| {algo} | none finished |" + " — |" * (7 if n else 4))
             continue
         gain, _ = stats([r["final_acc"] - r["start_acc"] for r in runs])
         wall, _ = stats([r["wall_s"] for r in runs])
         length, _ = stats([r["final_len"] for r in runs])  # NaN: DAPO kept no group at the last step
+        sampled = ""
+        if n:
+            points = [r["sampled"] for r in runs if "sampled" in r]  # [(start step, avg), (last step, avg)] per run
+            sampled_gain, _ = stats([end - start for (_, start), (_, end) in points])
+            sampled = (f" {fmt_pm([p[0][1] for p in points])} | {fmt_pm([p[1][1] for p in points])} | "
+                       f"{'—' if math.isnan(sampled_gain) else f'{sampled_gain:+.3f}'} |")
         lines.append(f"| {algo} | {' '.join(map(str, seeds_of[algo]))} | {fmt_pm([r['start_acc'] for r in runs])} | "
-                     f"{fmt_pm([r['final_acc'] for r in runs])} | {gain:+.3f} | {fmt_seconds(wall)} | "
+                     f"{fmt_pm([r['final_acc'] for r in runs])} | {gain:+.3f} |{sampled} {fmt_seconds(wall)} | "
                      f"{'—' if math.isnan(length) else f'{length:.1f}'} |")
     return "\n".join(lines)
 
@@ -240,7 +300,7 @@ def main(args: Args, extra: list[str]) -> int:
     (out / "runs").mkdir(parents=True, exist_ok=True)
     flags = settings_flags(args, extra)
     this_command = shlex.join(["python", *sys.argv])
-    failed: list[tuple[str, int, str]] = []  # algorithm, seed, why
+    failed: list[tuple[str, str, Path]] = []  # what ("grpo seed 1", "start model"), why, its log
     for seed in args.seeds:  # seed-major: a partial comparison has every algorithm of the first seeds
         for algo in args.algorithms:
             run_dir, record = out / "runs" / run_name(algo, seed), out / "logs" / f"{algo}__{seed}.json"
@@ -256,17 +316,42 @@ def main(args: Args, extra: list[str]) -> int:
                       flush=True)
             if run_dir.exists():  # a script refuses a run name that holds a run (no --resume): start from nothing
                 shutil.rmtree(run_dir)
-            returncode, seconds = run_one(algo, seed, flags, out)
+            shutil.rmtree(out / "evals" / run_name(algo, seed), ignore_errors=True)  # the eval of a checkpoint now gone
+            cmd = [sys.executable, str(ROOT / f"{algo}.py"), "--seed", str(seed), "--run-name", run_name(algo, seed),
+                   "--output-dir", str(out / "runs"), *flags]
+            returncode, seconds = run_logged(cmd, log, f"{algo} seed {seed}")
             record.write_text(json.dumps({"algorithm": algo, "seed": seed, "flags": flags, "returncode": returncode,
                                           "wall_s": seconds, "log": str(log), "command": this_command}, indent=2))
             why = (f"exit status {returncode}" if returncode != 0 else
                    f"exit status 0 but no final eval line in {run_dir / 'metrics.jsonl'}" if load_run(run_dir) is None else None)
             if why:
-                failed.append((algo, seed, why))
+                failed.append((f"{algo} seed {seed}", why, log))
                 print(f"\n[compare] FAILED: {algo} seed {seed} ({why}, after {seconds:.1f} s); "
                       f"log {log}, last lines:\n{tail(log)}\n", flush=True)
 
+    # sampled evals: the start model once (every run starts from it), then each finished run's last checkpoint
+    if args.final_samples > 0 and not args.plot_only:
+        finished = [(algo, seed, run) for seed in args.seeds for algo in args.algorithms
+                    if (run := load_run(out / "runs" / run_name(algo, seed))) is not None]
+        jobs = []  # (what, eval command, eval folder, log)
+        start_cmds = {tuple(sampled_eval_command(run["args"], run["args"]["model"], args.final_samples, out / "evals" / "start"))
+                      for _, _, run in finished}
+        if len(start_cmds) == 1:
+            jobs.append(("start model", list(start_cmds.pop()), out / "evals" / "start", out / "logs" / "start__eval.log"))
+        elif start_cmds:
+            failed.append(("start model", "the runs differ in model or eval settings: no shared start", out / "logs"))
+        for algo, seed, run in finished:
+            name = run_name(algo, seed)
+            checkpoint = out / "runs" / name / "checkpoints" / f"step-{run['args']['total_steps']}"
+            jobs.append((f"{algo} seed {seed}", sampled_eval_command(run["args"], str(checkpoint), args.final_samples,
+                                                                     out / "evals" / name),
+                         out / "evals" / name, out / "logs" / f"{algo}__{seed}__eval.log"))
+        for what, cmd, eval_dir, log in jobs:
+            if why := sampled_eval(cmd, eval_dir, log, f"sampled eval of {what}"):
+                failed.append((what, why, log))
+
     # collect the finished runs (in --plot-only mode, whatever --out holds for these algorithms and seeds)
+    start_sampled = load_sampled(out / "evals" / "start")
     results: dict[str, list[dict]] = {algo: [] for algo in args.algorithms}
     seeds_of: dict[str, list[int]] = {algo: [] for algo in args.algorithms}
     commands: list[str] = []  # one script command per algorithm (its first finished seed)
@@ -276,11 +361,16 @@ def main(args: Args, extra: list[str]) -> int:
             run_dir, record = out / "runs" / run_name(algo, seed), out / "logs" / f"{algo}__{seed}.json"
             run = load_run(run_dir)
             if run is None:
-                if args.plot_only or not any(f[:2] == (algo, seed) for f in failed):
-                    failed.append((algo, seed, f"no finished run in {run_dir}"))
+                if args.plot_only or not any(what == f"{algo} seed {seed}" for what, _, _ in failed):
+                    failed.append((f"{algo} seed {seed}", f"no finished run in {run_dir}", out / "logs" / f"{algo}__{seed}.log"))
                 continue
             info = json.loads(record.read_text()) if record.exists() else {}
             run["wall_s"] = info.get("wall_s", math.nan)
+            final_sampled = load_sampled(out / "evals" / run_name(algo, seed))
+            if start_sampled and final_sampled and start_sampled["n"] == final_sampled["n"]:
+                run["sampled"] = [(min(s for s, _ in run["acc"]), start_sampled["avg"]),
+                                  (run["args"]["total_steps"], final_sampled["avg"])]
+                run["sampled_n"] = final_sampled["n"]
             results[algo].append(run)
             seeds_of[algo].append(seed)
             if info.get("command") and info["command"] not in made_by:
@@ -288,26 +378,37 @@ def main(args: Args, extra: list[str]) -> int:
             if seeds_of[algo] == [seed] and "flags" in info:
                 commands.append(shlex.join(["python", f"{algo}.py", "--seed", str(seed), "--run-name", run_name(algo, seed),
                                             "--output-dir", str(out / "runs"), *info["flags"]]))
-    missing = "".join(f"- {algo} seed {seed}: {why}; log {out / 'logs' / f'{algo}__{seed}.log'}\n" for algo, seed, why in failed)
+    missing = "".join(f"- {what}: {why}; log {log}\n" for what, why, log in failed)
     if not any(results.values()):
         print(f"\n[compare] no finished run: nothing to plot\n{missing}", flush=True)
         return 1
     plot(results, out / "compare.png")
     first = next(r for runs in results.values() for r in runs)
+    n = sampled_n(results)
+    eval_record = out / "logs" / "start__eval.json"
+    eval_cmd = None
+    if n and eval_record.exists():  # shown as run from the repository root, like the scripts' commands
+        script, *eval_flags = json.loads(eval_record.read_text())["command"]
+        eval_cmd = shlex.join(["python", os.path.relpath(script, ROOT), *eval_flags])
     text = "\n".join([
         f"# {', '.join(args.algorithms)}: {describe(first['args'])}", "",
         f"{first['args']['total_steps']} steps, held-out set: the first {first['args']['eval_size']} problems (or all, if fewer) of "
         f"{first['args']['eval_dataset'] or first['args']['dataset'] + ' (test split)'}, greedy. "
         "Each cell: mean over seeds ± half the range (max - min) / 2 over seeds; gain: the mean of final - start; "
         "wall time: the whole process (model load and evals included); final response length: mean tokens of "
-        "the last step's training samples (DAPO: of the groups it kept).", "",
+        "the last step's training samples (DAPO: of the groups it kept)." + (
+            f" avg@{n}: the mean reward of {n} answers per held-out problem sampled by eval.py at the runs' temperature "
+            f"({first['args']['temperature']}), top-p and length limit, from the start model and from each run's last "
+            "checkpoint." if n else ""), "",
         table(results, seeds_of), "",
         *(["Not in the table:", "", missing] if failed else []),
         "![curves](compare.png)", "",
         "Runs made by:", "", "```bash", *(made_by or ["(unknown: no record in logs/)"]), "```", "",
         *(["Plot and table by:", "", "```bash", this_command, "```", ""] if made_by != [this_command] else []),
         "Each run (one seed shown; the others differ only in --seed and --run-name):", "",
-        "```bash", *commands, "```", ""])
+        "```bash", *commands, "```", "",
+        *(["Sampled evals (the start model shown; a run's differs in --model and --output-dir):", "", "```bash", eval_cmd,
+           "```", ""] if eval_cmd else [])])
     (out / "compare.md").write_text(text)
     print(f"\n{text}\n[compare] wrote {out / 'compare.png'} and {out / 'compare.md'}", flush=True)
     return 1 if failed else 0
