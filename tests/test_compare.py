@@ -177,3 +177,10 @@ def test_unknown_algorithm_is_refused_before_anything_runs(tmp_path):
     assert result.returncode != 0
     assert "no_such_algo" in result.stderr
     assert not (tmp_path / "logs").exists()
+
+
+def test_negative_final_samples_is_refused_before_anything_runs(tmp_path):
+    result = compare(tmp_path, "--final-samples", "-1")
+    assert result.returncode != 0
+    assert "--final-samples -1: must be >= 0" in result.stderr
+    assert not (tmp_path / "logs").exists()

@@ -420,6 +420,8 @@ def cli(argv: list[str]) -> int:
     args = tyro.cli(Args, args=argv[:split], description=__doc__)
     if args.plot_only and split < len(argv):
         raise SystemExit("--plot-only runs nothing: flags after -- would be ignored")
+    if args.final_samples < 0:
+        raise SystemExit(f"--final-samples {args.final_samples}: must be >= 0 (0: no sampled eval)")
     return main(args, argv[split + 1:])
 
 
