@@ -186,6 +186,42 @@ def sampled_eval(cmd: list[str], eval_dir: Path, log: Path, what: str) -> str | 
     return None
 
 
+def sampled_evals(results: dict[str, list[dict]], seeds_of: dict[str, list[int]], out: Path,
+                  n: int) -> list[tuple[str, str, Path]]:
+    """eval.py, n samples per held-out problem, on the start model (once: every run starts from it) and on each
+    finished run's last checkpoint; the failures as (what, why, log)."""
+    runs = [(algo, seed, run) for algo, algo_runs in results.items() for seed, run in zip(seeds_of[algo], algo_runs)]
+    start_dir = out / "evals" / "start"
+    start_cmds = [sampled_eval_command(run["args"], run["args"]["model"], n, start_dir) for _, _, run in runs]
+    failed, jobs = [], []  # jobs: (what, eval command, eval folder, log)
+    if any(cmd != start_cmds[0] for cmd in start_cmds):
+        failed.append(("start model", "the runs differ in model or eval settings: no shared start", out / "logs"))
+    else:
+        jobs.append(("start model", start_cmds[0], start_dir, out / "logs" / "start__eval.log"))
+    for algo, seed, run in runs:
+        eval_dir = out / "evals" / run_name(algo, seed)
+        checkpoint = out / "runs" / run_name(algo, seed) / "checkpoints" / f"step-{run['args']['total_steps']}"
+        jobs.append((f"{algo} seed {seed}", sampled_eval_command(run["args"], str(checkpoint), n, eval_dir), eval_dir,
+                     out / "logs" / f"{algo}__{seed}__eval.log"))
+    for what, cmd, eval_dir, log in jobs:
+        if why := sampled_eval(cmd, eval_dir, log, f"sampled eval of {what}"):
+            failed.append((what, why, log))
+    return failed
+
+
+def attach_sampled(results: dict[str, list[dict]], seeds_of: dict[str, list[int]], out: Path) -> None:
+    """Give each run with an avg@N of its last checkpoint, and of the start model with the same N, the points
+    run["sampled"] = [(first eval step, start avg), (last step, final avg)] and run["sampled_n"] = N."""
+    start = load_sampled(out / "evals" / "start")
+    for algo, runs in results.items():
+        for seed, run in zip(seeds_of[algo], runs):
+            final = load_sampled(out / "evals" / run_name(algo, seed))
+            if start and final and start["n"] == final["n"]:
+                run["sampled"] = [(min(step for step, _ in run["acc"]), start["avg"]),
+                                  (run["args"]["total_steps"], final["avg"])]
+                run["sampled_n"] = final["n"]
+
+
 def stats(values: list[float]) -> tuple[float, float]:
     """Mean and half the range (max - min) / 2, ignoring NaN; (nan, nan) when nothing is left."""
     values = [v for v in values if not math.isnan(v)]
@@ -329,29 +365,7 @@ def main(args: Args, extra: list[str]) -> int:
                 print(f"\n[compare] FAILED: {algo} seed {seed} ({why}, after {seconds:.1f} s); "
                       f"log {log}, last lines:\n{tail(log)}\n", flush=True)
 
-    # sampled evals: the start model once (every run starts from it), then each finished run's last checkpoint
-    if args.final_samples > 0 and not args.plot_only:
-        finished = [(algo, seed, run) for seed in args.seeds for algo in args.algorithms
-                    if (run := load_run(out / "runs" / run_name(algo, seed))) is not None]
-        jobs = []  # (what, eval command, eval folder, log)
-        start_cmds = {tuple(sampled_eval_command(run["args"], run["args"]["model"], args.final_samples, out / "evals" / "start"))
-                      for _, _, run in finished}
-        if len(start_cmds) == 1:
-            jobs.append(("start model", list(start_cmds.pop()), out / "evals" / "start", out / "logs" / "start__eval.log"))
-        elif start_cmds:
-            failed.append(("start model", "the runs differ in model or eval settings: no shared start", out / "logs"))
-        for algo, seed, run in finished:
-            name = run_name(algo, seed)
-            checkpoint = out / "runs" / name / "checkpoints" / f"step-{run['args']['total_steps']}"
-            jobs.append((f"{algo} seed {seed}", sampled_eval_command(run["args"], str(checkpoint), args.final_samples,
-                                                                     out / "evals" / name),
-                         out / "evals" / name, out / "logs" / f"{algo}__{seed}__eval.log"))
-        for what, cmd, eval_dir, log in jobs:
-            if why := sampled_eval(cmd, eval_dir, log, f"sampled eval of {what}"):
-                failed.append((what, why, log))
-
     # collect the finished runs (in --plot-only mode, whatever --out holds for these algorithms and seeds)
-    start_sampled = load_sampled(out / "evals" / "start")
     results: dict[str, list[dict]] = {algo: [] for algo in args.algorithms}
     seeds_of: dict[str, list[int]] = {algo: [] for algo in args.algorithms}
     commands: list[str] = []  # one script command per algorithm (its first finished seed)
@@ -366,11 +380,6 @@ def main(args: Args, extra: list[str]) -> int:
                 continue
             info = json.loads(record.read_text()) if record.exists() else {}
             run["wall_s"] = info.get("wall_s", math.nan)
-            final_sampled = load_sampled(out / "evals" / run_name(algo, seed))
-            if start_sampled and final_sampled and start_sampled["n"] == final_sampled["n"]:
-                run["sampled"] = [(min(s for s, _ in run["acc"]), start_sampled["avg"]),
-                                  (run["args"]["total_steps"], final_sampled["avg"])]
-                run["sampled_n"] = final_sampled["n"]
             results[algo].append(run)
             seeds_of[algo].append(seed)
             if info.get("command") and info["command"] not in made_by:
@@ -378,6 +387,9 @@ def main(args: Args, extra: list[str]) -> int:
             if seeds_of[algo] == [seed] and "flags" in info:
                 commands.append(shlex.join(["python", f"{algo}.py", "--seed", str(seed), "--run-name", run_name(algo, seed),
                                             "--output-dir", str(out / "runs"), *info["flags"]]))
+    if args.final_samples > 0 and not args.plot_only and any(results.values()):
+        failed += sampled_evals(results, seeds_of, out, args.final_samples)
+    attach_sampled(results, seeds_of, out)
     missing = "".join(f"- {what}: {why}; log {log}\n" for what, why, log in failed)
     if not any(results.values()):
         print(f"\n[compare] no finished run: nothing to plot\n{missing}", flush=True)
