@@ -14,6 +14,7 @@ Usage:
 """
 
 import time
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,12 +24,13 @@ from tqdm import tqdm
 
 from common.data import batch_indices, load_rows, prompt_tokens_bound, tokenize_prompts
 from common.evaluation import evaluate
-from common.generation import SamplingConfig, make_engine
-from common.model import DEFAULT_MODEL, load_policy
+from common.generation import SamplingConfig, make_engine, rollout_seed
+from common.heads import LogprobModel, compute_logprobs
+from common.model import DEFAULT_MODEL, load_policy, unwrap
 from common.reward import batch_math_reward
-from common.run import (all_gather, check_args, latest_checkpoint, load_checkpoint, log_metrics, make_accelerator, make_run_dir,
-                        save_checkpoint, seed_everything)
-from common.update import LogprobModel, build_optimizer, compute_logprobs, make_batch, ppo_update
+from common.run import (all_gather, check_args, global_sum, latest_checkpoint, load_checkpoint, log_metrics, make_accelerator,
+                        make_run_dir, save_checkpoint, seed_everything)
+from common.update import accumulate_gradients, build_optimizer, make_batch, micro_batches, mini_batches
 
 
 @dataclass
@@ -155,7 +157,9 @@ def policy_loss(logprobs, old_logprobs, advantages, mask, args: Args, ref_logpro
 
 def main(args: Args) -> None:
     # ---------------------------------------------------------------- 1. setup
-    check_args(args)  # bad flags and missing paths fail here, before any model is loaded
+    # bad flags and missing paths fail here, before any model is loaded: the common ones, then the script's own
+    check_args(args, clip_eps=(0 < args.clip_eps < 1, "must be in (0, 1)"),
+               beta=(args.beta >= 0, "must be >= 0"))  # [GRPO, Eq. 3]
     accelerator = make_accelerator(args)
     seed_everything(args.seed)
     rank, world = accelerator.process_index, accelerator.num_processes
@@ -176,13 +180,13 @@ def main(args: Args) -> None:
     if args.resume and (ckpt := latest_checkpoint(run_dir)) is not None:
         start_step = load_checkpoint(accelerator, ckpt)
         accelerator.print(f"resumed from {ckpt} at step {start_step}")
-    engine = make_engine(args.backend, model_path=model_path, model=accelerator.unwrap_model(model).lm, tokenizer=tokenizer, seed=args.seed,
+    engine = make_engine(args.backend, model_path=model_path, model=unwrap(model), tokenizer=tokenizer, seed=args.seed,
                          max_model_len=prompt_tokens_bound(tokenizer, [r["question"] for r in train_rows + eval_rows],
                                                            args.template) + args.max_new_tokens,
                          kv_cache_seqs=max(args.prompts_per_step // world * args.group_size, len(eval_rows)),
                          gpu_memory_utilization=args.gpu_memory_utilization, enable_sleep_mode=args.vllm_sleep)
     if start_step:
-        engine.sync_weights(model, accelerator)
+        engine.sync_weights(model)
     eval_sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=0.0, seed=args.seed)
 
     def run_eval(step: int) -> float:
@@ -202,7 +206,7 @@ def main(args: Args) -> None:
         rows = rows[rank * per_proc : (rank + 1) * per_proc]
         prompt_ids = tokenize_prompts(tokenizer, [r["question"] for r in rows], args.template)
         sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
-                                  top_k=args.top_k, seed=args.seed * 1_000_003 + step * world + rank)
+                                  top_k=args.top_k, seed=rollout_seed(args.seed, step, rank, world))
         engine.wake_up()
         completions = engine.generate(prompt_ids, args.group_size, sampling)  # P*G, groups contiguous
         engine.sleep()
@@ -214,8 +218,8 @@ def main(args: Args) -> None:
         # ------------------------------------------------------------ 4. advantage
         advantages = compute_advantages(rewards, args.group_size, args.adv_eps)  # [N]
         # ------------------------------------------------------------ 5. old log-probs
-        batch = make_batch([p for p in prompt_ids for _ in range(args.group_size)],
-                           [c.token_ids for c in completions], tokenizer.pad_token_id)
+        batch = make_batch(prompt_ids, [c.token_ids for c in completions], tokenizer.pad_token_id)  # [N, T], groups recorded
+        batch["loss_mask"] = batch["response_mask"]  # [N, T] the tokens the loss sees: every response token
         batch["advantages"] = advantages
         batch = {k: v.to(accelerator.device) for k, v in batch.items()}
         if args.ppo_epochs * args.num_mini_batches > 1:  # fully on-policy: old = current, no extra forward
@@ -224,22 +228,36 @@ def main(args: Args) -> None:
             with accelerator.autocast():
                 batch["ref_logprobs"] = compute_logprobs(ref_model, batch, args.micro_batch_tokens, args.temperature)
         # ------------------------------------------------------------ 6. policy update
-
-        def loss_fn(mb, num_tokens, num_seqs):
-            logprobs, entropy = model(mb["input_ids"], mb["attention_mask"], mb["response_mask"], args.temperature)
-            old_logprobs = mb["old_logprobs"] if "old_logprobs" in mb else logprobs.detach()
-            loss, stats = policy_loss(logprobs, old_logprobs, mb["advantages"], mb["response_mask"], args,
-                                      ref_logprobs=mb.get("ref_logprobs"), num_seqs=num_seqs)  # [GRPO, Eq. 3]
-            stats["losses/entropy"] = (entropy * mb["response_mask"]).sum().item() / num_tokens
-            return loss, stats
-
         model.train()
-        stats = ppo_update(accelerator, model, optimizer, scheduler, batch, loss_fn, epochs=args.ppo_epochs,
-                           num_mini_batches=args.num_mini_batches, token_budget=args.micro_batch_tokens,
-                           max_grad_norm=args.max_grad_norm, seed=args.seed + step)
+        shuffle = torch.Generator().manual_seed(args.seed + step)
+        totals, grad_norms = defaultdict(float), []  # each stat: its micro-batch's share of a global mean (summed below)
+        for _ in range(args.ppo_epochs):
+            for mini in mini_batches(batch, args.num_mini_batches, shuffle):
+                # denominators of the GLOBAL mini-batch (all processes), so any micro-batch split gives the same step
+                num_tokens, num_seqs = global_sum(mini["loss_mask"].sum()), global_sum(len(mini["loss_mask"]))
+                plan = micro_batches(mini, args.micro_batch_tokens)
+                for i, mb in enumerate(plan):
+                    with accumulate_gradients(accelerator, model, sync=i == len(plan) - 1):  # all-reduce once, at the end
+                        logprobs, entropy = model(mb, args.temperature)  # [B, T]
+                        old_logprobs = mb["old_logprobs"] if "old_logprobs" in mb else logprobs.detach()
+                        loss, mb_stats = policy_loss(logprobs, old_logprobs, mb["advantages"], mb["loss_mask"], args,
+                                                     ref_logprobs=mb.get("ref_logprobs"), num_seqs=num_seqs)  # [GRPO, Eq. 3]
+                        accelerator.backward(loss * accelerator.num_processes)  # DDP averages gradients: undo it
+                    mb_stats["losses/entropy"] = (entropy * mb["loss_mask"]).sum().item() / num_tokens
+                    for k, v in mb_stats.items():
+                        totals[k] += v
+                grad_norm = accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)  # None under DeepSpeed
+                grad_norms.append(float("nan") if grad_norm is None else grad_norm.item())
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+        # summed over processes too, the stats are global means; then averaged over the optimizer steps
+        stats = {k: global_sum(v) / len(grad_norms) for k, v in totals.items()}
+        if grad_norms:
+            stats["losses/grad_norm"] = sum(grad_norms) / len(grad_norms)
         t_train = time.perf_counter()
         # ------------------------------------------------------------ 7. weight sync
-        engine.sync_weights(model, accelerator)
+        engine.sync_weights(model)
         t_sync = time.perf_counter()
         # ------------------------------------------------------------ 8. log, eval, save
         lengths = torch.tensor([len(c.token_ids) for c in completions], dtype=torch.float)

@@ -15,6 +15,7 @@ Usage:
 """
 
 import time
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,13 +26,13 @@ from tqdm import tqdm
 
 from common.data import batch_indices, load_rows, prompt_tokens_bound, tokenize_prompts
 from common.evaluation import evaluate
-from common.generation import SamplingConfig, make_engine
-from common.model import DEFAULT_MODEL, load_policy
+from common.generation import SamplingConfig, make_engine, rollout_seed
+from common.heads import LogprobModel, ValueModel, compute_logprobs, compute_values
+from common.model import DEFAULT_MODEL, load_policy, unwrap
 from common.reward import batch_math_reward
-from common.run import (all_gather, check_args, latest_checkpoint, load_checkpoint, log_metrics, make_accelerator, make_run_dir,
-                        save_checkpoint, seed_everything)
-from common.update import (LogprobModel, ValueModel, build_optimizer, compute_logprobs, compute_values, make_batch,
-                           ppo_update)
+from common.run import (all_gather, check_args, global_sum, latest_checkpoint, load_checkpoint, log_metrics, make_accelerator,
+                        make_run_dir, save_checkpoint, seed_everything)
+from common.update import accumulate_gradients, build_optimizer, make_batch, micro_batches, mini_batches
 
 
 @dataclass
@@ -206,11 +207,11 @@ def value_loss(values, old_values, returns, mask, args: Args, num_tokens: float 
 
 def main(args: Args) -> None:
     # ---------------------------------------------------------------- 1. setup
-    check_args(args)  # bad flags and missing paths fail here, before any model is loaded
-    for flag, ok in {"critic_learning_rate": args.critic_learning_rate > 0, "value_clip": args.value_clip > 0,
-                     "gamma": 0 <= args.gamma <= 1, "lam": 0 <= args.lam <= 1, "kl_coef": args.kl_coef >= 0}.items():
-        if not ok:  # [PPO] the critic's flags
-            raise ValueError(f"--{flag.replace('_', '-')} {getattr(args, flag)!r}: out of range")
+    # bad flags and missing paths fail here, before any model is loaded: the common ones, then the script's own
+    check_args(args, clip_eps=(0 < args.clip_eps < 1, "must be in (0, 1)"),
+               critic_learning_rate=(args.critic_learning_rate > 0, "must be positive"),  # [PPO] the critic's flags
+               value_clip=(args.value_clip > 0, "must be positive"), gamma=(0 <= args.gamma <= 1, "must be in [0, 1]"),
+               lam=(0 <= args.lam <= 1, "must be in [0, 1]"), kl_coef=(args.kl_coef >= 0, "must be >= 0"))
     accelerator = make_accelerator(args)
     if accelerator.distributed_type == DistributedType.DEEPSPEED:  # [PPO] two models; accelerate: one per DeepSpeed Accelerator
         raise ValueError("ppo_vanilla.py trains two models (policy, critic): use DDP or FSDP, not DeepSpeed")
@@ -240,13 +241,13 @@ def main(args: Args) -> None:
     if args.resume and (ckpt := latest_checkpoint(run_dir)) is not None:
         start_step = load_checkpoint(accelerator, ckpt)
         accelerator.print(f"resumed from {ckpt} at step {start_step}")
-    engine = make_engine(args.backend, model_path=model_path, model=accelerator.unwrap_model(model).lm, tokenizer=tokenizer, seed=args.seed,
+    engine = make_engine(args.backend, model_path=model_path, model=unwrap(model), tokenizer=tokenizer, seed=args.seed,
                          max_model_len=prompt_tokens_bound(tokenizer, [r["question"] for r in train_rows + eval_rows],
                                                            args.template) + args.max_new_tokens,
                          kv_cache_seqs=max(args.prompts_per_step // world * args.group_size, len(eval_rows)),
                          gpu_memory_utilization=args.gpu_memory_utilization, enable_sleep_mode=args.vllm_sleep)
     if start_step:
-        engine.sync_weights(model, accelerator)
+        engine.sync_weights(model)
     eval_sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=0.0, seed=args.seed)
 
     def run_eval(step: int) -> float:
@@ -266,7 +267,7 @@ def main(args: Args) -> None:
         rows = rows[rank * per_proc : (rank + 1) * per_proc]
         prompt_ids = tokenize_prompts(tokenizer, [r["question"] for r in rows], args.template)
         sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
-                                  top_k=args.top_k, seed=args.seed * 1_000_003 + step * world + rank)
+                                  top_k=args.top_k, seed=rollout_seed(args.seed, step, rank, world))
         engine.wake_up()
         completions = engine.generate(prompt_ids, args.group_size, sampling)  # P*G, groups contiguous
         engine.sleep()
@@ -276,8 +277,8 @@ def main(args: Args) -> None:
         rewards = torch.tensor(batch_math_reward([c.text for c in completions], answers))  # [N]
         t_reward = time.perf_counter()
         # ------------------------------------------------------------ 4. old log-probs, old values [PPO]
-        batch = make_batch([p for p in prompt_ids for _ in range(args.group_size)],
-                           [c.token_ids for c in completions], tokenizer.pad_token_id)
+        batch = make_batch(prompt_ids, [c.token_ids for c in completions], tokenizer.pad_token_id)  # [N, T], groups recorded
+        batch["loss_mask"] = batch["response_mask"]  # [N, T] the tokens the loss sees: every response token
         # [PPO] before the advantage, which needs them: GAE the old values, the KL penalty the old log-probs
         batch = {k: v.to(accelerator.device) for k, v in batch.items()}
         if args.ppo_epochs * args.num_mini_batches > 1 or args.kl_coef > 0:  # [PPO] or for the KL; else old = current
@@ -293,40 +294,55 @@ def main(args: Args) -> None:
                                                    args.gamma, args.lam)  # [N, T]
         batch["advantages"] = whiten(advantages, batch["response_mask"], args.adv_eps)  # [N, T]
         # ------------------------------------------------------------ 6. policy update
-
-        def loss_fn(mb, num_tokens, num_seqs):
-            logprobs, entropy = model(mb["input_ids"], mb["attention_mask"], mb["response_mask"], args.temperature)
-            old_logprobs = mb["old_logprobs"] if "old_logprobs" in mb else logprobs.detach()
-            loss, stats = policy_loss(logprobs, old_logprobs, mb["advantages"], mb["response_mask"], args,
-                                      num_tokens=num_tokens)
-            stats["losses/entropy"] = (entropy * mb["response_mask"]).sum().item() / num_tokens
-            return loss, stats
-
         model.train()
-        stats = ppo_update(accelerator, model, optimizer, scheduler, batch, loss_fn, epochs=args.ppo_epochs,
-                           num_mini_batches=args.num_mini_batches, token_budget=args.micro_batch_tokens,
-                           max_grad_norm=args.max_grad_norm, seed=args.seed + step)
-
-        # [PPO] the critic's own exact step(s), on the same mini-batches. Its loss shares no parameter with the
-        # policy's, so a second pass equals one combined pass, and each model keeps its lr and grad clipping.
-        def critic_loss_fn(mb, num_tokens, num_seqs):
-            values = critic(mb["input_ids"], mb["attention_mask"], mb["response_mask"])
-            loss = value_loss(values, mb["old_values"], mb["returns"], mb["response_mask"], args, num_tokens=num_tokens)
-            clipped = ((values - mb["old_values"]).abs() > args.value_clip).float() * mb["response_mask"]
-            return loss, {"losses/value_loss": loss.item(), "losses/value_clipfrac": clipped.sum().item() / num_tokens}
-
-        critic.train()
-        critic_stats = ppo_update(accelerator, critic, critic_optimizer, critic_scheduler, batch, critic_loss_fn,
-                                  epochs=args.ppo_epochs, num_mini_batches=args.num_mini_batches,
-                                  token_budget=args.micro_batch_tokens, max_grad_norm=args.max_grad_norm, seed=args.seed + step)
-        stats["losses/value_grad_norm"] = critic_stats.pop("losses/grad_norm")
-        mask = batch["response_mask"]  # explained variance: 1 = the old values predicted the returns, <= 0 = no better than a constant
+        critic.train()  # [PPO]
+        value_grad_norms = []  # [PPO]
+        shuffle = torch.Generator().manual_seed(args.seed + step)
+        totals, grad_norms = defaultdict(float), []  # each stat: its micro-batch's share of a global mean (summed below)
+        for _ in range(args.ppo_epochs):
+            for mini in mini_batches(batch, args.num_mini_batches, shuffle):
+                # denominators of the GLOBAL mini-batch (all processes), so any micro-batch split gives the same step
+                num_tokens = global_sum(mini["loss_mask"].sum())  # [Lite PPO, Sec. 4.2] token level: the token count only
+                plan = micro_batches(mini, args.micro_batch_tokens)
+                for i, mb in enumerate(plan):
+                    with accumulate_gradients(accelerator, model, sync=i == len(plan) - 1):  # all-reduce once, at the end
+                        logprobs, entropy = model(mb, args.temperature)  # [B, T]
+                        old_logprobs = mb["old_logprobs"] if "old_logprobs" in mb else logprobs.detach()
+                        loss, mb_stats = policy_loss(logprobs, old_logprobs, mb["advantages"], mb["loss_mask"], args,
+                                                     num_tokens=num_tokens)  # [Lite PPO, Sec. 4.2]
+                        accelerator.backward(loss * accelerator.num_processes)  # DDP averages gradients: undo it
+                    # [PPO] the critic, on the same micro-batch: no parameter shared, so its own backward and step
+                    with accumulate_gradients(accelerator, critic, sync=i == len(plan) - 1):
+                        values = critic(mb)  # [B, T]
+                        v_loss = value_loss(values, mb["old_values"], mb["returns"], mb["loss_mask"], args, num_tokens=num_tokens)
+                        accelerator.backward(v_loss * accelerator.num_processes)
+                    v_clipped = ((values - mb["old_values"]).abs() > args.value_clip).float() * mb["loss_mask"]
+                    mb_stats |= {"losses/value_loss": v_loss.item(), "losses/value_clipfrac": v_clipped.sum().item() / num_tokens}
+                    mb_stats["losses/entropy"] = (entropy * mb["loss_mask"]).sum().item() / num_tokens
+                    for k, v in mb_stats.items():
+                        totals[k] += v
+                grad_norm = accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)  # None under DeepSpeed
+                grad_norms.append(float("nan") if grad_norm is None else grad_norm.item())
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                value_grad_norm = accelerator.clip_grad_norm_(critic.parameters(), args.max_grad_norm)  # [PPO]
+                value_grad_norms.append(float("nan") if value_grad_norm is None else value_grad_norm.item())
+                critic_optimizer.step()
+                critic_scheduler.step()
+                critic_optimizer.zero_grad(set_to_none=True)
+        # summed over processes too, the stats are global means; then averaged over the optimizer steps
+        stats = {k: global_sum(v) / len(grad_norms) for k, v in totals.items()}
+        if grad_norms:
+            stats["losses/grad_norm"] = sum(grad_norms) / len(grad_norms)
+            stats["losses/value_grad_norm"] = sum(value_grad_norms) / len(value_grad_norms)  # [PPO]
+        mask = batch["response_mask"]  # [PPO] explained variance: 1 = the old values predicted the returns, <= 0 = no better than a constant
         explained_var = 1 - global_mean_var(batch["returns"] - batch["old_values"], mask)[1] / global_mean_var(batch["returns"], mask)[1]
-        stats |= critic_stats | {"rollout/value_mean": global_mean_var(batch["old_values"], mask)[0].item(),
-                                 "losses/explained_variance": explained_var.item()}
+        stats |= {"rollout/value_mean": global_mean_var(batch["old_values"], mask)[0].item(),
+                  "losses/explained_variance": explained_var.item()}
         t_train = time.perf_counter()
         # ------------------------------------------------------------ 7. weight sync
-        engine.sync_weights(model, accelerator)
+        engine.sync_weights(model)
         t_sync = time.perf_counter()
         # ------------------------------------------------------------ 8. log, eval, save
         lengths = torch.tensor([len(c.token_ids) for c in completions], dtype=torch.float)

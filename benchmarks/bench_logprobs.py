@@ -5,9 +5,10 @@
 Each method runs in a fresh process (peak RSS is per process) on a small Qwen3 with Qwen's vocabulary
 size, so the vocabulary projection dominates memory as it does for real models:
   naive : model(...).logits [B, T, V] -> log_softmax -> gather (what most code does)
-  ours  : common.update.LogprobModel (hidden states -> chunked, checkpointed lm_head + logsumexp)
+  ours  : common.heads.LogprobModel (hidden states -> chunked, checkpointed lm_head + log_softmax)
 Reported: peak extra memory / size of one fp32 [B, T, V] logits tensor, forward only (old log-probs)
-and forward + backward (the policy update).
+and forward + backward (the policy update: the loss reads the log-probs; the entropy is only logged),
+and the seconds that pass takes.
 """
 
 import argparse
@@ -15,6 +16,7 @@ import json
 import resource
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -32,7 +34,7 @@ def rss_bytes() -> int:
 def child(method: str, batch: int, seq: int, backward: bool) -> None:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from common.update import LogprobModel
+    from common.heads import LogprobModel
 
     torch.manual_seed(0)
     config = Qwen3Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -43,18 +45,21 @@ def child(method: str, batch: int, seq: int, backward: bool) -> None:
     response_mask = torch.ones_like(input_ids)
     response_mask[:, : seq // 4] = 0  # a prompt quarter
     torch.set_grad_enabled(backward)
-    base = rss_bytes()
+    base, start = rss_bytes(), time.perf_counter()
     if method == "naive":
         logits = lm(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
         logp = torch.log_softmax(logits, -1)
         logprobs = logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1) * response_mask[:, 1:]
         entropy = -(logp.exp() * logp).sum(-1).detach()
     else:
-        logprobs, entropy = LogprobModel(lm)(input_ids, attention_mask, response_mask)
+        batch = {"input_ids": input_ids, "attention_mask": attention_mask, "response_mask": response_mask,
+                 "prompt_lens": torch.full((batch,), seq // 4), "group": torch.arange(batch)}
+        logprobs, entropy = LogprobModel(lm)(batch)
+    (entropy * response_mask).sum().item()  # logged, as the scripts do
     if backward:
         logprobs.sum().backward()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
-    print(json.dumps({"peak": peak}))
+    print(json.dumps({"peak": peak, "seconds": time.perf_counter() - start}))
 
 
 def main() -> None:
@@ -67,14 +72,14 @@ def main() -> None:
         return child(a.child[0], a.batch, a.seq, a.child[1] == "1")
     logits_bytes = a.batch * a.seq * VOCAB * 4
     print(f"B={a.batch} T={a.seq} V={VOCAB}: one fp32 logits tensor = {logits_bytes / 2**30:.2f} GiB")
-    print(f"{'method':8} {'pass':18} {'peak GiB':>9} {'peak / logits':>14}")
+    print(f"{'method':8} {'pass':18} {'peak GiB':>9} {'peak / logits':>14} {'seconds':>8}")
     for backward in (False, True):
         for method in ("naive", "ours"):
             out = subprocess.run([sys.executable, __file__, "--batch", str(a.batch), "--seq", str(a.seq),
                                   "--child", method, str(int(backward))], capture_output=True, text=True, check=True)
-            peak = json.loads(out.stdout.strip().splitlines()[-1])["peak"]
+            result = json.loads(out.stdout.strip().splitlines()[-1])
             print(f"{method:8} {'forward+backward' if backward else 'forward (no grad)':18} "
-                  f"{peak / 2**30:9.2f} {peak / logits_bytes:14.2f}")
+                  f"{result['peak'] / 2**30:9.2f} {result['peak'] / logits_bytes:14.2f} {result['seconds']:8.2f}")
 
 
 if __name__ == "__main__":

@@ -198,11 +198,10 @@ def reward_workers_peak_gib() -> float:
 def run_ours(spec: dict) -> dict:
     """One run of lite_ppo.py / grpo.py main() in this process; per-step times from its metrics.jsonl."""
     import common.reward
-    import common.update
 
     module = importlib.import_module(spec["algo"])
-    split, counts = common.update.micro_batches, []  # ppo_step looks it up in common.update at each call
-    common.update.micro_batches = lambda *a, **k: counts.append(len(out := split(*a, **k))) or out
+    split, counts = module.micro_batches, []  # the update loop's plan, counted
+    module.micro_batches = lambda *a, **k: counts.append(len(out := split(*a, **k))) or out
     module.save_checkpoint = lambda *a, **k: None  # no checkpoint after the last step (TRL saves none)
     make_engine, engines = module.make_engine, []
     module.make_engine = lambda *a, **k: engines.append(make_engine(*a, **k)) or engines[-1]

@@ -16,8 +16,8 @@ Source syntax (the `--dataset` string of every script), read by `load_rows(sourc
     path/to/dir                  a local folder holding <split>.jsonl (or .json, .parquet)
     owner/name[:config]          anything else: a hub data set through `datasets.load_dataset`
 
-Known names. A local file is looked for at $RL_MATH_DATA/<folder>/<split>.jsonl, then at
-<repo root>/../shared/data/<folder>/<split>.jsonl; the hub id is the fallback.
+Known names. A local file is looked for at $RL_MATH_DATA/<folder>/<split>.jsonl (a folder of the
+public sets as JSONL, one sub-folder per set as below); the hub id is the fallback.
 
     name           folder          hub id (config)          default split
     gsm8k          gsm8k           openai/gsm8k (main)      train
@@ -33,8 +33,9 @@ The default split is "train" for arithmetic, gsm8k, math and other sources, "tes
 Row rules (one normalizer for every format):
 - question: `problem`, else `question`; OlympiadBench's `context`, when set, comes first.
 - gold: the first non-empty of `final_answer` (OlympiadBench; a list is joined with ", "),
-  `answer` (GSM8K: the number after "####", commas removed; 27.0 becomes "27") and the content
-  of the LAST \\boxed{...} of `solution` (nested braces handled); surrounding $ stripped.
+  `answer` (27.0 becomes "27") and the content of the LAST \\boxed{...} of `solution`
+  (common.grader.last_boxed), tidied by common.grader.normalize_gold (GSM8K's "#### 1,234" ->
+  "1234", surrounding $ and a final period stripped): the one normalization, done at load.
 - id: `id` / `unique_id` / `idx`, else "<tag>:<row>" (tag: "gsm8k/train", a file name, a hub id).
 - A malformed row (bad JSON, not an object, no question, no answer field, a solution without
   \\boxed) raises ValueError naming the file or hub id and the 1-based row (line for JSONL).
@@ -50,14 +51,14 @@ import itertools
 import json
 import os
 import random
-import re
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from common.grader import last_boxed, normalize_gold
+
 KNOWN = {  # name: (local folder, hub id, hub config, default split)
     "gsm8k": ("gsm8k", "openai/gsm8k", "main", "train"),
     "math": ("math", "hiyouga/math12k", None, "train"),
@@ -181,10 +182,9 @@ def resolve_source(source: str, split: str | None = None) -> tuple[str, str, str
     if source in KNOWN:
         folder, hub_id, config, default_split = KNOWN[source]
         split = split or default_split
-        roots = [Path(os.environ["RL_MATH_DATA"])] if os.environ.get("RL_MATH_DATA") else []
-        for root in roots + [REPO_ROOT.parent / "shared" / "data"]:
-            if (root / folder / f"{split}.jsonl").is_file():
-                return "file", str(root / folder / f"{split}.jsonl"), None, split
+        root = os.environ.get("RL_MATH_DATA")
+        if root and (Path(root) / folder / f"{split}.jsonl").is_file():
+            return "file", str(Path(root) / folder / f"{split}.jsonl"), None, split
         return "hub", hub_id, config, split
     split = split or "train"
     path = Path(source).expanduser()
@@ -228,19 +228,6 @@ def _read_file(path: str) -> Iterator[tuple[int, Any]]:
                     raise ValueError(f"{path}: row {lineno}: bad JSON ({e.msg})") from None
 
 
-def last_boxed(text: str) -> str | None:
-    """Content of the last \\boxed{...} (or \\fbox{...}) in `text`, nested braces handled."""
-    starts = [m.end() for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)]
-    if not starts:
-        return None
-    depth, i = 1, starts[-1]
-    for j in range(i, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
-        if depth == 0:
-            return text[i:j]
-    return None  # unbalanced braces
-
-
 def _gold(row: dict) -> str | None:
     """The first non-empty gold the row offers ("" if all are empty), None if it offers none."""
     found = None
@@ -256,10 +243,7 @@ def _gold(row: dict) -> str | None:
                 continue
         elif isinstance(value, float) and value.is_integer():
             value = int(value)
-        value = str(value)
-        if key == "answer" and "####" in value:  # GSM8K: worked solution, then "#### 1,234"
-            value = value.rsplit("####", 1)[1].replace(",", "")
-        found = value.strip().strip("$").strip()
+        found = normalize_gold(str(value))
         if found:
             return found
     return found
@@ -339,6 +323,8 @@ def build_prompt(tokenizer: Any, question: str, template: str = "chat") -> str:
 
 def tokenize_prompts(tokenizer: Any, questions: list[str], template: str = "chat") -> list[list[int]]:
     """Token ids of each prompt, with exactly the special tokens the model expects."""
+    if not questions:  # e.g. a process's share of an eval set smaller than the number of processes
+        return []
     prompts = [build_prompt(tokenizer, q, template) for q in questions]
     # A rendered chat template already holds BOS and role tokens; adding them again doubles BOS.
     return tokenizer(prompts, add_special_tokens=(template == "plain"))["input_ids"]

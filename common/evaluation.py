@@ -19,7 +19,7 @@ import torch
 from tqdm import tqdm
 
 from common.data import tokenize_prompts
-from common.generation import SamplingConfig
+from common.generation import SamplingConfig, rollout_seed
 from common.reward import batch_math_reward, extract_answer, is_equiv
 
 
@@ -88,7 +88,7 @@ def evaluate(engine, tokenizer, rows: list[dict], *, template: str, sampling: Sa
     completions = []
     bar = tqdm(total=len(mine), desc=desc, disable=desc is None or rank != 0, leave=True)
     for c, start in enumerate(range(0, len(mine), chunk)):
-        chunk_sampling = replace(sampling, seed=sampling.seed * 1_000_003 + c * world + rank)
+        chunk_sampling = replace(sampling, seed=rollout_seed(sampling.seed, c, rank, world))
         completions += engine.generate(prompt_ids[start:start + chunk], n, chunk_sampling)
         bar.update(len(prompt_ids[start:start + chunk]))
     bar.close()

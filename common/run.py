@@ -21,12 +21,15 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
 
+from common.model import check_model, hf_names, unwrap
+
 
 def make_accelerator(args) -> Accelerator:
-    """bf16 on GPU, fp32 on CPU (CPUs here have no native bf16: ~400x slower)."""
+    """bf16 autocast on GPU, fp32 on CPU (CPUs without native bf16 run it ~400x slower: measured on the
+    2-core development machines, which have none)."""
     cuda = torch.cuda.is_available()
-    # cpu=True makes a multi-process CPU launch a real gloo process group; without it the
-    # processes run as independent copies that never average gradients (DESIGN.md).
+    # cpu=True makes a multi-process CPU launch (torchrun, `accelerate launch --multi_gpu`) a real gloo process
+    # group; without it the processes run as independent copies that never average gradients (docs/design.md).
     log_with = None if args.track in (None, "none") else args.track
     return Accelerator(cpu=not cuda, mixed_precision="bf16" if cuda else "no", log_with=log_with)
 
@@ -96,8 +99,7 @@ def save_checkpoint(accelerator, run_dir: Path, step: int, model, tokenizer, arg
     accelerator.save_state(str(tmp / "state"))
     state_dict = accelerator.get_state_dict(model)  # gathers shards (FSDP, ZeRO-3) on every process
     if accelerator.is_main_process:
-        state_dict = {k.removeprefix("lm."): v for k, v in state_dict.items()}
-        accelerator.unwrap_model(model).lm.save_pretrained(tmp / "model", state_dict=state_dict)
+        unwrap(model).save_pretrained(tmp / "model", state_dict=dict(hf_names(model, state_dict.items())))
         tokenizer.save_pretrained(tmp / "model")
         (tmp / "meta.json").write_text(json.dumps({"step": step, "args": dataclasses.asdict(args)}, default=str))
         os.replace(tmp, final)
@@ -125,9 +127,15 @@ def all_gather(x: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts).to(x.device)
 
 
-def check_args(args) -> None:
-    """Reject bad flag values before any model or data is loaded; each error names its flag."""
-    from common.model import check_model
+def global_sum(x: float | torch.Tensor) -> float:
+    """Sum a number over all processes; itself when alone."""
+    return all_gather(torch.as_tensor(x, dtype=torch.float64).reshape(1)).sum().item()
+
+
+def check_args(args, **checks: tuple[bool, str]) -> None:
+    """Reject bad flag values before any model or data is loaded; each error names its flag.
+
+    The flags every script has are checked here; a script passes its own as flag=(ok, why)."""
 
     def need(ok: bool, flag: str, why: str) -> None:
         if not ok:
@@ -153,12 +161,5 @@ def check_args(args) -> None:
         need(not (Path(args.output_dir) / args.run_name / "metrics.jsonl").exists(), "run_name",
              f"{Path(args.output_dir) / args.run_name} already holds a run: pass --resume to continue it, "
              "or choose another --run-name")
-    for flag in ("clip_eps", "clip_eps_low", "clip_eps_high"):
-        if hasattr(args, flag):
-            need(0 < getattr(args, flag) < 1, flag, "must be in (0, 1)")
-    if hasattr(args, "beta"):
-        need(args.beta >= 0, "beta", "must be >= 0")
-    if hasattr(args, "max_gen_rounds"):
-        need(args.max_gen_rounds >= 1, "max_gen_rounds", "must be positive")
-    if getattr(args, "overlong_cache_len", None) is not None:
-        need(0 <= args.overlong_cache_len <= args.max_new_tokens, "overlong_cache_len", "must be in [0, --max-new-tokens]")
+    for flag, (ok, why) in checks.items():
+        need(ok, flag, why)

@@ -2,7 +2,7 @@
 
 The tiny model is a 2-layer Qwen3 (hidden 64, head_dim 64: vLLM's CPU attention rejects head_dim 16)
 with a byte-level BPE tokenizer trained here by `tokenizers` (re-building a Qwen2 tokenizer through
-AutoTokenizer changes token ids, see DESIGN.md). Everything is built from fixed seeds, offline, in fp32.
+AutoTokenizer changes token ids). Everything is built from fixed seeds, offline, in fp32.
 """
 
 import random
@@ -112,7 +112,7 @@ def tiny_math_data(tiny_model_path, tmp_path_factory) -> str:
     from common.data import make_arithmetic, tokenize_prompts
     from common.generation import HFEngine, SamplingConfig
     from common.model import load_policy
-    from common.reward import extract_answer
+    from common.grader import extract_answer
 
     _, lm, tokenizer = load_policy(tiny_model_path)
     rows = make_arithmetic(16, split="train", seed=0)

@@ -10,7 +10,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from common import data
 from common.data import (batch_indices, build_prompt, load_rows, make_arithmetic, prompt_tokens_bound, resolve_source,
                          tokenize_prompts)
 
@@ -135,7 +134,6 @@ def test_json_parquet_and_folder_files(tmp_path):
 
 
 def test_short_names_resolve_through_env(tmp_path, monkeypatch):
-    monkeypatch.setattr(data, "REPO_ROOT", tmp_path / "repo")  # no ../shared/data: hub fallback
     monkeypatch.setenv("RL_MATH_DATA", str(tmp_path / "d"))
     write_jsonl(tmp_path / "d" / "gsm8k" / "train.jsonl", [{"question": "Q?", "answer": "#### 4"}])
     write_jsonl(tmp_path / "d" / "minerva_math" / "test.jsonl", [{"problem": "M?", "solution": "\\boxed{2}"}])
@@ -146,9 +144,12 @@ def test_short_names_resolve_through_env(tmp_path, monkeypatch):
     assert resolve_source("math") == ("hub", "hiyouga/math12k", None, "train")
     assert resolve_source("aime24")[:2] == ("hub", "math-ai/aime24")
     assert resolve_source("someone/set:cfg") == ("hub", "someone/set", "cfg", "train")
-    # Without the env var, <repo root>/../shared/data is the next place looked at.
-    monkeypatch.delenv("RL_MATH_DATA")
+    # Without the env var: the hub, never a path outside the repository
     write_jsonl(tmp_path / "shared" / "data" / "amc23" / "test.jsonl", [{"question": "A?", "answer": 1.0}])
+    monkeypatch.chdir(tmp_path / "shared")
+    monkeypatch.delenv("RL_MATH_DATA")
+    assert resolve_source("amc23") == ("hub", "math-ai/amc23", None, "test")
+    monkeypatch.setenv("RL_MATH_DATA", str(tmp_path / "shared" / "data"))
     assert load_rows("amc23") == [{"id": "amc23/test:1", "question": "A?", "answer": "1"}]
 
 
@@ -204,8 +205,9 @@ def test_missing_file_lists_known_names(tmp_path):
         load_rows(str(tmp_path / "nope.jsonl"))
 
 
-@pytest.mark.skipif(not SHARED.is_dir(), reason="no ../shared/data on this machine")
-def test_shared_data_files_load():
+@pytest.mark.skipif(not SHARED.is_dir(), reason="the public sets as JSONL are not on this machine")
+def test_shared_data_files_load(monkeypatch):
+    monkeypatch.setenv("RL_MATH_DATA", str(SHARED))  # where the development machines keep them
     counts = {("gsm8k", "train"): 7473, ("gsm8k", "test"): 1319, ("math", "train"): 11998, ("math500", "test"): 500,
               ("aime24", "test"): 30, ("amc23", "test"): 40, ("olympiadbench", "test"): 675, ("minerva", "test"): 272}
     with warnings.catch_warnings():

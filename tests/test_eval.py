@@ -14,7 +14,7 @@ import torch
 import eval as eval_script
 from common.evaluation import default_pass_k, evaluate, majority_vote, pass_at_k
 from common.generation import Completion, SamplingConfig
-from common.reward import is_equiv
+from common.grader import is_equiv
 
 ROOT = Path(__file__).resolve().parents[1]
 

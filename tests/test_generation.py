@@ -8,8 +8,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from common.generation import (CPU_KV_CACHE_MAX_GIB, Completion, HFEngine, SamplingConfig, _full_weights, _hf_name,
-                               cpu_kv_cache_bytes, make_engine)
+from common.generation import Completion, HFEngine, SamplingConfig, make_engine, rollout_seed
+from common.model import full_weights, hf_names
+from common.vllm_internals import CPU_KV_CACHE_MAX_GIB, cpu_kv_cache_bytes
 from conftest import build_tiny_model
 
 VLLM_TIMEOUT = pytest.mark.timeout(300)  # the first vLLM test pays the engine start (30-60 s on 2 cores)
@@ -157,18 +158,25 @@ def test_seeded_sampling(backend, request, model, tokenizer, prompts):
         assert len({tuple(t) for t in first[4 * group:4 * group + 4]}) > 1
 
 
-def test_hf_name_strips_wrapper_prefixes():
-    assert _hf_name("module._orig_mod.model.layers.0.mlp.up_proj.weight") == "model.layers.0.mlp.up_proj.weight"
-    assert _hf_name("_fsdp_wrapped_module.model.layers.1._fsdp_wrapped_module.self_attn.q_proj.weight") == \
-        "model.layers.1.self_attn.q_proj.weight"
-    assert _hf_name("lm_head.weight") == "lm_head.weight"
+def test_hf_names_strip_wrapper_prefixes_and_what_lies_outside_the_hf_model(model):
+    wrapper = torch.nn.ModuleDict({"lm": model, "value_head": torch.nn.Linear(64, 1)})
+    named = [("module._orig_mod.lm.model.layers.0.mlp.up_proj.weight", 1),
+             ("_fsdp_wrapped_module.lm.model.layers.1._fsdp_wrapped_module.self_attn.q_proj.weight", 2),
+             ("lm.lm_head.weight", 3), ("value_head.weight", 4)]
+    assert list(hf_names(wrapper, named)) == [("model.layers.0.mlp.up_proj.weight", 1),
+                                              ("model.layers.1.self_attn.q_proj.weight", 2), ("lm_head.weight", 3)]
 
 
 def test_full_weights_finds_the_hf_model_in_a_wrapper(model):
     critic = torch.nn.ModuleDict({"lm": model, "value_head": torch.nn.Linear(64, 1)})  # e.g. policy + value head
-    with _full_weights(torch.compile(critic)) as weights:
+    with full_weights(torch.compile(critic)) as weights:
         names = [name for name, _ in weights]
     assert names == [name for name, _ in model.named_parameters()]  # HF names, no value head
+
+
+def test_rollout_seeds_differ_for_every_step_and_process():
+    seeds = {rollout_seed(7, step, rank, 4) for step in range(100) for rank in range(4)}
+    assert len(seeds) == 400 and rollout_seed(7, 3, 1, 4) == 7 * 1_000_003 + 13
 
 
 def test_make_engine_backends(model, tokenizer, monkeypatch):

@@ -101,10 +101,10 @@ def test_the_rule_catches_skeleton_drift(tmp_path):
     an algorithm function passes without a marker."""
     text = (ROOT / "lite_ppo.py").read_text()
     cases = {
-        "drift": (text.replace("max_grad_norm=args.max_grad_norm, seed=args.seed + step)",
-                               "max_grad_norm=2 * args.max_grad_norm, seed=args.seed + step)"), 1),
-        "marked": (text.replace("max_grad_norm=args.max_grad_norm, seed=args.seed + step)",
-                                "max_grad_norm=2 * args.max_grad_norm, seed=args.seed + step)  # [Fork, Sec. 1] doubled"), 0),
+        "drift": (text.replace("clip_grad_norm_(model.parameters(), args.max_grad_norm)",
+                               "clip_grad_norm_(model.parameters(), 2 * args.max_grad_norm)"), 1),
+        "marked": (text.replace("clip_grad_norm_(model.parameters(), args.max_grad_norm)  # None under DeepSpeed",
+                                "clip_grad_norm_(model.parameters(), 2 * args.max_grad_norm)  # [Fork, Sec. 1] doubled"), 0),
         "algorithm": (text.replace("pg_unclipped = -adv * ratio", "pg_unclipped = -adv * ratio * 1.0"), 0),
         "args": (text.replace("max_grad_norm: float = 1.0", "max_grad_norm: float = 0.5"), 1),
     }

@@ -1,7 +1,6 @@
 """lite_ppo.py end to end: smoke runs on both backends, flag errors, kill -9 and exact resume."""
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -1,4 +1,4 @@
-"""Grader suite for common/reward.py: equivalence, near misses, extraction, hostile input, batched form."""
+"""Grader suite for common/grader.py and common/reward.py: equivalence, near misses, extraction, hostile input, batched form."""
 
 import os
 import threading
@@ -6,14 +6,8 @@ import time
 
 import pytest
 
-from common.reward import (
-    batch_math_reward,
-    extract_answer,
-    is_equiv,
-    math_reward,
-    normalize_gold,
-    shutdown_pool,
-)
+from common.grader import extract_answer, is_equiv, math_reward, normalize_gold
+from common.reward import batch_math_reward, shutdown_pool
 
 # ------------------------------------------------------------------------------------------------
 # Equivalence: (prediction, gold)

