@@ -6,21 +6,21 @@ prose ending in a number, and a few hostile ones. The single-process pass starts
 cache; the batched form is timed twice after an untimed call that starts its workers: first with the
 workers' caches cold, then warm (gold answers repeat G times per prompt in training).
 
-    python benchmarks/bench_reward.py
-    python benchmarks/bench_reward.py --n 400 --num-workers 4
+    RL_MATH_DATA=/path/to/data python benchmarks/bench_reward.py    # the public sets as JSONL (common/data.py)
+    RL_MATH_DATA=/path/to/data python benchmarks/bench_reward.py --n 400 --num-workers 4
 """
 
 import argparse
 import json
+import os
 import random
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import common.grader as grader  # noqa: E402
 import common.reward as reward  # noqa: E402
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 RESTATED = [("0.5", "\\frac12"), ("\\dfrac{3}{4}", "0.75"), ("\\sqrt{8}", "2\\sqrt2"), ("x=3", "3"),
             ("(1, 2)", "\\left(1,2\\right)"), ("\\{2,1\\}", "\\{1,2\\}"), ("30^\\circ", "30"), ("50\\%", "50"),
@@ -31,6 +31,9 @@ HOSTILE = ["\\boxed{9^{9^{9^{9}}}}", "\\boxed{100000000!}", "\\boxed{" + "(" * 3
 
 def make_mix(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
     rng = random.Random(seed)
+    if not os.environ.get("RL_MATH_DATA"):
+        raise SystemExit("set RL_MATH_DATA to a folder holding math/train.jsonl and gsm8k/test.jsonl (common/data.py)")
+    DATA = Path(os.environ["RL_MATH_DATA"])
     math_rows = [json.loads(line) for line in open(DATA / "math" / "train.jsonl")][:2000]
     gsm_rows = [json.loads(line) for line in open(DATA / "gsm8k" / "test.jsonl")][:500]
     items = []
@@ -59,9 +62,9 @@ def main() -> None:
     args = parser.parse_args()
     completions, answers = make_mix(args.n)
 
-    reward._PARSED.clear()
+    grader._PARSED.clear()
     t = time.perf_counter()
-    single = [reward.math_reward(c, a) for c, a in zip(completions, answers)]
+    single = [grader.math_reward(c, a) for c, a in zip(completions, answers)]
     single_s = time.perf_counter() - t
 
     reward.batch_math_reward(["\\boxed{1}"], ["1"], num_workers=args.num_workers, timeout=60.0)  # start workers

@@ -5,13 +5,23 @@
 The trainer calls the batched, hang-proof form in common/reward.py.
 
 Answer extraction (`extract_answer`): only the FINAL answer counts, so a completion that lists several
-candidates earns nothing unless its last one is right.
+candidates earns nothing unless its last one is right, and a hedged final answer ("8 or 9") earns nothing.
+In this order, the first rule that finds something decides:
   1. the last `\\boxed{...}` / `\\fbox{...}` (braces matched by a linear scan, escaped `\\{ \\}` skipped),
      or `\\boxed 5` (the token after the space); if that last box is empty, never closed (truncated)
      or over 1000 characters -> None;
-  2. else the last number on the last GSM8K `#### <answer>` line;
-  3. else the last number in the text: `-3`, `1,000`, `2.5`, `3/4`, `\\frac{3}{4}`;
-  4. else None.
+  2. the last answer on the last GSM8K `#### <answer>` line;
+  3. the first answer after the last "answer is" / "Answer:" / "**Answer:**" / "final answer is"
+     (so "The answer is 18, checked with 2 methods" gives 18, "the answer is either 8 or 9" None);
+  4. the last answer in the text;
+  5. else None.
+An "answer" there is a whole math span (`$...$`, `\\(...\\)`, `\\[...\\]`, `$$...$$`; adjacent spans joined by
+",", "and", "or" make one list: "$2$ and $-3$" -> "2, -3"), of which a chain `a = b = c` or `f(2) = 5` gives its
+last side; or, in plain text, a number with its sign and form (`-12`, `.5`, `1,000`, `12 500`, `12\\,500`,
+`3,75` as 3.75, `3/4`, `25%`), an interval or pair of numbers (`[2, 5)`), a relation (`x > 3`, `x = 0,5`) or a
+LaTeX atom (`-\\frac34`, `2\\sqrt3`, `\\frac{9}{4}\\pi`). Never a digit run cut out of a larger number or
+expression: `x \\ge 2` is the relation, not 2; `4th` is no number. A `$...$` holding prose is two money
+amounts, not math ("costs $2.50, so 4 boxes cost $10" -> 10).
 
 Equivalence (`is_equiv`) is math-verify's `verify` on both sides parsed as `\\boxed{...}`, so
 0.5 == 1/2 == \\dfrac12, \\sqrt3 == \\sqrt{3}, \\left( \\right) and \\! are ignored, {1,2} == {2,1},
@@ -101,23 +111,106 @@ def _braced(text: str, i: int, max_chars: int | None) -> str | None:
 
 
 _TOKEN = re.compile(r" +([^\s$]+)")
-# "\frac{3}{4}", or a number: thousands groups before plain digit runs, so "1,000" is one number but
-# "1, 2" two; a minus only where it can't be a subtraction ("3-5" -> 5); a simple fraction "3/4".
-_NUMBER = re.compile(
-    r"\\[dt]?frac\{(-?\d+)\}\{(\d+)\}"
-    r"|(?<![\w)])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+(?![\d.]))?"
-)
+
+# ---- the final answer of a completion without a box (rule in the module docstring)
+# a number: sign (not a subtraction: "3-5" -> 5), thousands groups (",", a space, "\,", ",\!"; the first group 1-3
+# digits), a decimal point or a decimal comma ("3,75": not 3 digits after it, not a list "1,2,3"), ".5", "3/4", "%"
+_NUM = (r"(?:(?<![\w)\]}^_])-\s?)?(?<![\w.,\\/^_])"
+        r"(?:(?:\d{1,3}(?:(?:,|\\,|,\\!| )\d{3})+(?![\d,])|\d+)(?:\.\d+|,\d{1,2}(?![\d,])|,\d{4,}(?![\d,]))?|\.\d+)"
+        r"(?:\s*/\s*\d+(?![\d.]))?(?!(?:st|nd|rd|th)\b)(?:\s*(?:\\?%|\s?percent\b))?")  # not an ordinal: 4th
+_ATOM = (r"(?:(?<![\w)\]}])-\s?)?(?:\d+(?:\.\d+)?\s*)?\\(?:[dt]?frac(?:\{[^{}$]{1,40}\}\{[^{}$]{1,40}\}|\d\d?|\d\{[^{}$]{1,40}\})"
+         r"|sqrt(?:\{[^{}$]{1,40}\}|\d+)|pi\b)(?:\s*\\?pi\b)?")
+_PLAIN = re.compile(
+    rf"(?P<pair>[\[(]\s*{_NUM}\s*,\s*{_NUM}\s*[\])])"  # an interval or a pair: [2, 5), (-1, 4)
+    rf"|(?P<relation>(?<![\w\\])[a-zA-Z]\s*(?:<=|>=|<|>|≤|≥|\\[lg]eq?\b|\\neq\b|=)\s*)(?P<rhs>{_ATOM}|{_NUM})"  # x > 3
+    rf"|(?P<atom>{_ATOM})|(?P<number>{_NUM})")
+_SEPARATOR = re.compile(r"(?<=\d)(?:,\\!|\\,|,| )(?=\d{3}(?!\d))")  # thousands: 1,000  12 500  12\,500  12,\!500
+_DECIMAL_COMMA = re.compile(r"(?<=\d),(?=\d+$)")
+_RELATION = re.compile(r"<|>|≤|≥|\\[lg]eq?\b|\\neq?\b|\\ne\b")
+# math spans: $$...$$, \[...\], \(...\), $...$ (escaped \$ inside is money, not a delimiter)
+_SPAN = re.compile(r"\$\$(.+?)\$\$|\\\[(.+?)\\\]|\\\((.+?)\\\)|(?<![\\$])\$(?!\$)((?:\\.|[^$\\\n])+?)(?<!\\)\$", re.S)
+_WORDS = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}\s+[a-zA-Z]{2,}(?![a-zA-Z])")  # prose, not math: "$2.50, so 4 boxes cost $"
+_TEXT_CMD = re.compile(r"\\(?:text|mbox|mathrm|textbf)\s*\{[^{}]*\}")
+_JOINER = re.compile(r"\s*(?:,|,?\s*(?:and|or))\s*")  # "$2$ and $-3$": one answer of two values
+_ANCHOR = re.compile(r"\banswer\b\s*(?:\*\*)?\s*(?:is\b|:|=|\*\*)\s*(?:\*\*)?:?", re.I)  # the answer is / Answer: / **Answer**
+_HEDGE = re.compile(r"\s*,?\s*or\b", re.I)
+_HEDGED_BOX = re.compile(r"\}\$?\s*,?\s*or\s*\$?\s*$")
+_LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\\,|,\\!)(?=\d{3})")  # 12\,500, 12,\!500 in a math span
 
 
-def _last_number(text: str) -> str | None:
-    last = None
-    for last in _NUMBER.finditer(text):
-        pass
-    if last is None:
-        return None
-    if last.group(1) is not None:
-        return f"{last.group(1)}/{last.group(2)}"
-    return last.group().replace(" ", "")
+def _candidates(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, answer) of every answer-like piece of `text`, in order: whole math spans (adjacent ones joined:
+    "$2$ and $-3$" -> "2, -3"), and, outside them, plain numbers, intervals, relations and LaTeX atoms."""
+    spans: list[tuple[int, int, list[str]]] = []  # start, end, the contents of one span or of joined ones
+    for m in _SPAN.finditer(text):
+        content = next(g for g in m.groups() if g is not None).strip()
+        if not content or _WORDS.search(_TEXT_CMD.sub("", content)):
+            continue  # empty, or prose between two money signs
+        if spans and _JOINER.fullmatch(text[spans[-1][1] : m.start()]) and all(map(_joinable, spans[-1][2] + [content])):
+            start, _, contents = spans.pop()  # "$2$ and $-3$", "$1$ or $6$": one list, never equal to a single value
+            spans.append((start, m.end(), contents + [content]))
+        else:
+            spans.append((m.start(), m.end(), [content]))
+    out, pos = [], 0
+    for start, end, contents in spans + [(len(text), len(text), [])]:
+        out += [(pos + p.start(), pos + p.end(), _plain_answer(p)) for p in _PLAIN.finditer(text[pos:start])]
+        if contents:
+            out.append((start, end, ", ".join(map(_span_answer, contents))))
+        pos = end
+    return out
+
+
+def _tidy_number(number: str) -> str:
+    """A plain number as math-verify reads it: 12 500 -> 12500, 3,75 -> 3.75, 20 percent -> 20\\%."""
+    number = _SEPARATOR.sub("", number.strip())
+    percent = re.search(r"\s*(?:\\?%|percent)$", number)
+    if percent:
+        number = number[: percent.start()]
+    return _DECIMAL_COMMA.sub(".", number) + ("\\%" if percent else "")
+
+
+def _plain_answer(m: re.Match) -> str:
+    if m.group("number"):
+        return _tidy_number(m.group("number"))
+    if m.group("relation"):
+        return m.group("relation") + (_tidy_number(m.group("rhs")) if not m.group("rhs").lstrip("-").startswith("\\") else m.group("rhs"))
+    return m.group()
+
+
+def _joinable(content: str) -> bool:
+    """A value, or `x = value`: what a list of answers is made of ("$x = 1$ or $x = 6$"), unlike `x^2 = 16` or `x > 0`."""
+    sides = re.split(r"(?<![<>!\\])=(?!=)", content)
+    return not _RELATION.search(content) and (len(sides) == 1 or (len(sides) == 2 and re.fullmatch(r"\s*[a-zA-Z]\s*", sides[0])))
+
+
+def _span_answer(content: str) -> str:
+    """The answer a math span states: the last right-hand side of a chain `a = b = c` (or of
+    `f(2) = 5`, whose left side is no variable), else the whole span (`x = 5`, `y = 2x + 3`, `x \\ge 2`)."""
+    content = _LATEX_THOUSANDS.sub("", content)  # 12\,500 -> 12500 (math-verify reads 12\,500 as 512)
+    sides = re.split(r"(?<![<>!\\])=(?!=)", content)
+    if len(sides) > 2 or (len(sides) == 2 and not re.fullmatch(r"\s*[a-zA-Z](?:_\{?\w+\}?)?\s*", sides[0])):
+        return sides[-1].strip()
+    return content
+
+
+def _final_answer(text: str) -> str | None:
+    """The final answer of a completion that has no box (tiers in the module docstring)."""
+    k = text.rfind("####")
+    if k != -1:  # GSM8K: "#### 1,000", "#### $18."
+        found = _candidates(text[k + 4 :].split("\n", 1)[0])
+        if found:
+            return found[-1][2]
+    anchors = list(_ANCHOR.finditer(text))
+    if anchors:  # the last "the answer is ...": its first answer-like piece, unless it hedges ("8 or 9")
+        phrase = text[anchors[-1].end() : anchors[-1].end() + 300]
+        found = _candidates(phrase)
+        if found and found[0][0] < 100:
+            start, end, answer = found[0]
+            if _HEDGE.match(phrase, end) and len(found) > 1:
+                return None
+            return answer
+    found = _candidates(text)
+    return found[-1][2] if found else None
 
 
 def extract_answer(text: str) -> str | None:
@@ -126,13 +219,11 @@ def extract_answer(text: str) -> str | None:
         return None
     if "\\boxed" in text or "\\fbox" in text:
         content = last_boxed(text, MAX_ANSWER_CHARS)  # None: never closed (truncated) or too long
+        if _HEDGED_BOX.search(text[: max(text.rfind("\\boxed"), text.rfind("\\fbox"))]):
+            return None  # "\boxed{3} or \boxed{4}": no single final answer
         return (content.strip() or None) if content is not None else None
-    k = text.rfind("####")
-    if k != -1:  # GSM8K: "#### 1,000", "#### $18."
-        line = text[k + 4 :].split("\n", 1)[0]
-        if (number := _last_number(line)) is not None:
-            return number
-    return _last_number(text)
+    answer = _final_answer(text[-20_000:])  # the final answer is at the end; a bound keeps hostile text fast
+    return (answer.strip() or None) if answer is not None else None
 
 
 def normalize_gold(answer: str) -> str:
@@ -307,9 +398,13 @@ def is_equiv(pred: str, gold: str) -> bool:
             return True
         use_alarm = _in_main_thread()
         p, g = _parse(pred, use_alarm), _parse(gold, use_alarm)
-        if not p or not g:
-            return False
-        return bool(verify(list(g), list(p), timeout_seconds=MV_TIMEOUT_S if use_alarm else None))
+        if p and g and verify(list(g), list(p), timeout_seconds=MV_TIMEOUT_S if use_alarm else None):
+            return True
+        # a percent sign on one side only is also read as a unit: 12.5% == 12.5 (as 50% == 50 above)
+        unit = [re.sub(r"\s*\\?%$", "", x) for x in (pred, gold)]
+        if ("%" in pred) != ("%" in gold) and unit != [pred, gold]:
+            return is_equiv(*unit)
+        return False
     except BaseException as e:  # math-verify's TimeoutException derives from BaseException
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
             raise

@@ -171,14 +171,35 @@ EXTRACTION = [
     ("\\fbox{x+1}", "x+1"),
     ("\\boxed{4} ... #### 7", "4"),  # a box beats ####
     ("work\n#### 72", "72"),
-    ("#### $1,234.", "1,234"),
+    ("#### $1,234.", "1234"),  # thousands separators dropped (so is_equiv reads one number)
     ("The change is -7 degrees", "-7"),
     ("3-5 is two", "5"),  # not -5: a subtraction
     ("about 3.75 km", "3.75"),
-    ("population 1,234,567 people", "1,234,567"),
+    ("population 1,234,567 people", "1234567"),
     ("list 1, 2, 3", "3"),
     ("ratio 3/4", "3/4"),
-    ("ratio $\\frac{3}{4}$", "3/4"),
+    ("ratio $\\frac{3}{4}$", "\\frac{3}{4}"),  # a math span is taken whole
+    # never a digit run cut out of a larger number or expression (the failure kinds of the old last-number rule)
+    ("so the slope is $-\\frac{3}{4}$.", "-\\frac{3}{4}"),
+    ("so the slope is -\\frac{3}{4}.", "-\\frac{3}{4}"),
+    ("the probability is .5", ".5"),
+    ("the town has 12 500 people", "12500"),
+    ("der Preis ist 3,75 Euro", "3.75"),
+    ("so $x \\ge 2$.", "x \\ge 2"),
+    ("so x >= 2.", "x >= 2"),
+    ("the domain is $[2, 5)$.", "[2, 5)"),
+    ("the domain is [2, 5).", "[2, 5)"),
+    ("the ratio is \\frac34.", "\\frac34"),
+    ("the side is \\sqrt2", "\\sqrt2"),
+    ("so $y \\approx 7$", "y \\approx 7"),
+    ("so $f(2) = 3 - 8 = -5$", "-5"),  # a chain: its last side
+    ("The answer is 18, which I checked with 2 methods.", "18"),  # the first answer after the last "answer is"
+    ("**Answer:** 27", "27"),
+    ("The answer is either 8 or 9.", None),  # hedged: no single final answer
+    ("so it is \\boxed{3} or \\boxed{4}.", None),
+    ("costs $2.50, so 4 boxes cost $10.", "10"),  # money signs, not math spans
+    ("the roots are $2$ and $-3$.", "2, -3"),  # adjacent spans: one list
+    ("so x = 7, the 4th prime", "x = 7"),  # "4th" is a word
     ("no digits here", None),
     ("", None),
     ("\\boxed{}", None),
@@ -243,6 +264,15 @@ HOSTILE = {
     "surrogates": "\ud800\\boxed{\udfff}\udc00",
     "control chars": "\\boxed{\x01\x02\x1b[31m}",
     "unicode": "\\boxed{１２３}" + "😀" * 1000,
+    # the no-box extraction's patterns on long runs of what they look for
+    "spaced digits": "1 " * 500_000,
+    "comma digits": "1," * 500_000,
+    "money signs": "$1 " * 300_000,
+    "open pairs": "[1, " * 300_000,
+    "anchors": "the answer is " * 100_000,
+    "percents": "7%" * 500_000,
+    "relations": "x > " * 300_000,
+    "thin spaces": "1\\," * 500_000,
 }
 
 

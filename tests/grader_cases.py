@@ -1,0 +1,393 @@
+"""The grader suite: realistic final statements of model answers, mostly without a box, each with the verdict the
+public graders give for its FINAL answer (tests/test_grader_suite.py checks ours; benchmarks/bench_grader.py
+reports ours and math-verify's default side by side, per kind).
+
+CASES: list of (kind, completion, gold, expected reward is 1, note). Written for this project after reading the test
+suites of math-verify, the Hendrycks MATH equivalence tests, MARIO_EVAL, NeMo-Skills' math_equal tests and the
+Qwen2.5-Math grader; the cases are new (numbers and phrasings of our own).
+
+Verdict policy:
+  * the expected verdict is what the best public graders give for the final answer of the text;
+  * only the final answer counts: a later box / anchored answer / final number overrides earlier ones, and a
+    hedged final statement ("8 or 9") is not an answer;
+  * where graders disagree, the note says which side is taken and why. "DESIRED:" marks verdicts no public
+    grader gives (they read a bare number out of plain text) that our extractor does give.
+Gold answers are written as MATH / GSM8K store them (MATH: LaTeX without $, e.g. "\\frac{3}{4}", "12,\\!500",
+"[2,5)"; GSM8K: the bare number after ####).
+"""
+
+from __future__ import annotations
+
+CASES: list[tuple[str, str, str, bool, str]] = []
+
+
+def C(kind: str, text: str, gold: str, expected: bool, note: str = "") -> None:
+    CASES.append((kind, text, gold, expected, note))
+
+
+# ------------------------------------------------------------------------------------------------
+# boxed: the strong path; the last box counts
+# ------------------------------------------------------------------------------------------------
+C("boxed", r"Adding the two areas gives $18 + 24 = 42$, so the total area is $\boxed{42}$.", "42", True,
+  "plain last box")
+C("boxed", r"Cross-multiplying, $3x = 7$, hence $x = \boxed{\dfrac{7}{3}}$.", r"\frac{7}{3}", True,
+  "dfrac inside box vs frac gold")
+C("boxed", r"Adding the two areas gives $18 + 23 = 41$, so the total area is $\boxed{41}$.", "42", False,
+  "wrong boxed value")
+C("boxed", r"First I got \boxed{15}, but the corner square was counted twice, so the count is \boxed{14}.",
+  "14", True,
+  "two boxes, last counts (Hendrycks last_boxed_only_string, Qwen, NeMo search_boxed all take the last). "
+  "math-verify joins boxes separated by a comma-containing gap of <70 chars into a set {15,14} and fails; "
+  "picked the majority / project rule")
+C("boxed", r"First I got \boxed{15}, but the corner square was counted twice, so the count is \boxed{14}.",
+  "15", False, "earlier box must not count")
+C("boxed", r"Substituting back, the only root is $\boxed{x = 3}$.", "3", True,
+  "assignment inside box: x=3 == 3 (math-verify, Hendrycks 'k = ' rule, Qwen)")
+C("boxed", r"The perimeter is $4 \cdot 5 = \boxed{20\text{ cm}}$.", "20", True, "unit text inside box dropped")
+C("boxed", r"Therefore the remainder is \fbox{9}.", "9", True, "\\fbox is a box too (Hendrycks last_boxed_only_string, NeMo search_boxed). math-verify only handles "
+  "\\fbox inside an already matched \\boxed/latex span; its regexes look for \\boxed{ only, so it extracts nothing")
+C("boxed", r"Hence the smallest such $n$ is $\boxed 7$.", "7", True, "box without braces (Qwen: token up to $)")
+C("boxed", r"Collecting terms, the final value is $\boxed{4", "4", False,
+  "truncated box: Hendrycks/NeMo return None, math-verify extracts nothing; Qwen would take '4'. "
+  "Picked 0: an unclosed box means a cut-off generation")
+C("boxed", r"The answer is $\boxed{}$.", "5", False, "empty box")
+
+# ------------------------------------------------------------------------------------------------
+# sign: the minus belongs to the answer
+# ------------------------------------------------------------------------------------------------
+C("sign", r"Dividing the rise by the run, the slope of the line is $-\frac{3}{5}$.", r"-\frac{3}{5}", True,
+  "minus in front of \\frac (our regex drops it)")
+C("sign", r"Dividing the rise by the run, the slope of the line is $-\frac{3}{5}$.", r"\frac{3}{5}", False,
+  "sign matters: -3/5 != 3/5 (a grader that drops the sign would pay this)")
+C("sign", "Overnight the temperature changed by -12 degrees.", "-12", True, "plain negative integer")
+C("sign", r"Plugging in, $f(2) = 3 - 8 = -5$.", "-5", True, "negative after '='")
+C("sign", r"So the product equals $-0.25$.", r"-\frac{1}{4}", True, "negative decimal vs negative fraction")
+C("sign", r"Completing the square, the minimum value is $-\dfrac{9}{4}$.", r"-\frac94", True,
+  "negative dfrac vs shorthand gold")
+C("sign", r"Simplifying the radical, $y = -\sqrt{3}$.", r"-\sqrt{3}", True, "negative root")
+C("sign", r"Evaluating at the left endpoint, $g(-1) = 4$.", "4", True, "a minus inside the argument is not the answer's")
+C("sign", r"The two negatives cancel: $-(-6) = 6$.", "6", True, "double negation, final value positive")
+C("sign", r"Thus $a - b = 2 - 9$, which is $-7$.", "-7", True, "negative in its own math span")
+
+# ------------------------------------------------------------------------------------------------
+# leading_dot: .5 means 0.5
+# ------------------------------------------------------------------------------------------------
+C("leading_dot", "After simplifying, the probability of drawing red is .5", r"\frac{1}{2}", True,
+  "'.5' (Hendrycks/Qwen strip_string add the 0; math-verify number regex has a decimal-only form)")
+C("leading_dot", "So his batting average rounds to .375.", "0.375", True, "leading dot, trailing period")
+C("leading_dot", r"Solving the proportion gives $x = .25$.", r"\frac14", True, "leading dot inside math")
+C("leading_dot", "So the fraction of defective bulbs is .05.", r"\frac{1}{20}", True, "small leading-dot decimal")
+C("leading_dot", "Taking the difference, the ratio comes to -.75.", "-0.75", True,
+  "DESIRED: signed leading-dot decimal in plain text; math-verify's expr regex has no sign on the "
+  "decimal-only form and extracts nothing, our regex reads 75")
+C("leading_dot", "So the fraction of defective bulbs is .05.", "0.5", False, ".05 != .5")
+
+# ------------------------------------------------------------------------------------------------
+# thousands: separators inside one number
+# ------------------------------------------------------------------------------------------------
+C("thousands", "Altogether the school collected 12 500 cans.", "12500", True,
+  "space as thousands separator (math-verify number regex accepts '[ ,]ddd' groups; Qwen reads 500)")
+C("thousands", "Multiplying out, the population after a decade is 1,000,000.", "1000000", True, "comma groups")
+C("thousands", r"Adding the three deposits, the balance is $\$3,\!250$.", "3250", True,
+  "MATH-style ',\\!' grouping (math-verify drops \\!); our regex reads 250")
+C("thousands", "He earns 2,400 dollars each month.", "2400", True, "GSM8K style comma")
+C("thousands", "So the number of arrangements is 40320.", r"40,\!320", True,
+  "gold in MATH style with ',\\!', completion without separator")
+C("thousands", "The sum of the two numbers is 1,234.", "1234", True,
+  "1,234 is a thousands group, not a decimal comma (math-verify: groups of exactly 3 win)")
+C("thousands", "The sum of the two numbers is 1,234.", "1.234", False, "same, the other reading must fail")
+C("thousands", "There are 10 000 grains in the jar.", "10000", True, "space-grouped round number")
+C("thousands", "At the end of the year the account is at -4,500 dollars.", "-4500", True, "negative grouped")
+C("thousands", r"The total is $12\,500$.", "12500", True,
+  "LaTeX thin space as separator. DESIRED: math-verify parses '12\\,500' as 512 (wrong); MARIO "
+  "string_normalize removes '\\,'; strip '\\,' between digit groups before parsing")
+
+# ------------------------------------------------------------------------------------------------
+# decimal_comma: 3,75 means 3.75 when the group after the comma is not 3 digits
+# ------------------------------------------------------------------------------------------------
+C("decimal_comma", "Der Preis beträgt also 3,75 Euro.", "3.75", True,
+  "math-verify number regex form 2 '[.,]\\d+' reads 3,75 as 3.75 (tests: '1000,99', '2,74 $'); "
+  "Qwen deletes all commas (375), Hendrycks has no rule. Picked math-verify")
+C("decimal_comma", "Donc x = 0,5.", r"\frac{1}{2}", True, "decimal comma after '='")
+C("decimal_comma", "La moyenne est donc 12,25.", "12.25", True, "two decimals after comma")
+C("decimal_comma", "Das Ergebnis ist -1,5.", "-1.5", True, "negative decimal comma")
+C("decimal_comma", "The answer is 1,250.", "1250", True, "3 digits after the comma: thousands, not decimal")
+C("decimal_comma", "The answer is 1,250.", "1.25", False, "same, the decimal reading must fail")
+C("decimal_comma", "Das Ergebnis ist 3,75.", "375", False, "decimal comma is not a thousands separator")
+
+# ------------------------------------------------------------------------------------------------
+# inequality: the answer is a relation, not the number in it
+# ------------------------------------------------------------------------------------------------
+C("inequality", r"Dividing both sides by 3, the solution set is $x \ge 2$.", r"x \ge 2", True,
+  "relation vs relation (math-verify sympy_compare_relational)")
+C("inequality", r"Subtracting 4, we need $x > 3$.", "x > 3", True, "strict inequality")
+C("inequality", r"Dividing both sides by 3, the solution set is $x \ge 2$.", "2", False,
+  "an inequality is not its bound: math-verify compares x>=2 with 2 -> False. Our last-number rule pays it")
+C("inequality", r"Multiplying by $-1$ flips the sign, so $x < -1$.", "x < -1", True, "negative bound")
+C("inequality", r"So $5 \ge x$.", r"x \le 5", True, "flipped relation (math-verify flip support)")
+C("inequality", r"Therefore $x \le 3$.", r"x \ge 3", False, "wrong direction")
+C("inequality", r"Both conditions hold exactly when $-1 < x < 4$.", "-1 < x < 4", True, "chained inequality")
+C("inequality", r"Dividing both sides by 3, the solution set is $x \geq 2$.", r"[2,\infty)", False,
+  "relation vs interval gold: math-verify converts only a relation *gold* to a set (allow_set_relation_comp "
+  "defaults to False, tests/test_all.py test_set_rel_assymetry); Qwen/Hendrycks compare strings. "
+  "Picked 0: the question asked for interval notation")
+C("inequality", "Subtracting 4, we need x > 3.", "x > 3", True,
+  "DESIRED: plain-text relation without $; math-verify's plain extractor only reads numbers/arithmetic "
+  "(gets 3), so every public grader gives 0")
+
+# ------------------------------------------------------------------------------------------------
+# interval: bracket kinds matter
+# ------------------------------------------------------------------------------------------------
+C("interval", r"The square root needs $x \ge 2$ and the denominator $x < 5$, so the domain is $[2, 5)$.",
+  "[2,5)", True, "half-open interval (our last-number rule reads 5)")
+C("interval", r"The function is defined for $(-\infty, 3]$.", r"(-\infty,3]", True, "infinite endpoint")
+C("interval", r"So the domain is $(2, 5]$.", "[2,5)", False,
+  "wrong brackets. Qwen math_equal compares the parts of [a,b] / (a,b) and ignores the bracket kind "
+  "(would pay); math-verify and MARIO build sympy Intervals (0). Picked strict")
+C("interval", r"The inequality holds on $(-\infty, -2) \cup (1, \infty)$.", r"(-\infty,-2)\cup(1,\infty)", True,
+  "union of intervals")
+C("interval", r"Hence $x \in [0, 4]$.", "[0,4]", True, "'x \\in' prefix dropped (MARIO, Qwen, math-verify)")
+C("interval", r"So the range is $[-2, 7]$.", "[-2,7)", False, "closed vs half-open")
+C("interval", r"Thus $t$ must lie in $\left[ \frac{1}{2}, 3 \right)$.", r"\left[\frac12,3\right)", True,
+  "\\left[ \\right) wrappers")
+C("interval", "The range of the sine of this angle is [-1, 1].", "[-1,1]", True,
+  "DESIRED: interval in plain text; math-verify's '\\s[...]\\s' pattern needs a space after ']', "
+  "so it falls back to the number 1, as does Qwen's last number")
+
+# ------------------------------------------------------------------------------------------------
+# shorthand: \frac34, \sqrt2, \dfrac12
+# ------------------------------------------------------------------------------------------------
+C("shorthand", r"Reducing, the ratio of the areas is $\frac34$.", r"\frac{3}{4}", True,
+  "\\frac34 (Hendrycks _fix_fracs, math-verify malformed operators); ours finds no number")
+C("shorthand", r"So the probability is $\dfrac12$.", r"\frac{1}{2}", True, "\\dfrac12")
+C("shorthand", r"The diagonal of the unit square is $\sqrt2$.", r"\sqrt{2}", True, "\\sqrt2 (_fix_sqrt)")
+C("shorthand", r"The height is $2\sqrt3$.", r"2\sqrt{3}", True, "coefficient times shorthand root")
+C("shorthand", r"So the fraction simplifies to $\tfrac{5}{8}$.", r"\frac58", True, "tfrac vs shorthand gold")
+C("shorthand", r"Hence $\sin 60^\circ = \frac{\sqrt3}{2}$.", r"\frac{\sqrt{3}}{2}", True, "shorthand root in fraction")
+C("shorthand", r"The area of the sector is $\frac94\pi$.", r"\frac{9\pi}{4}", True,
+  "shorthand fraction times pi (math-verify test '\\frac94\\pi')")
+C("shorthand", r"Reducing, the ratio of the areas is $\frac43$.", r"\frac{3}{4}", False, "digits swapped")
+C("shorthand", r"So the answer is $-\frac34$.", r"-\frac{3}{4}", True, "negative shorthand")
+C("shorthand", r"The altitude is \(\sqrt5\).", r"\sqrt{5}", True, "shorthand in \\( \\)")
+
+# ------------------------------------------------------------------------------------------------
+# answer_is: an explicit anchor beats a later stray number
+# ------------------------------------------------------------------------------------------------
+C("answer_is", "The answer is 5.", "5", True, "bare anchor")
+C("answer_is", "The answer is 18, which I verified with 2 different methods.", "18", True,
+  "anchor beats a later number (math-verify priority 200 'answer' pattern over 300 plain numbers); ours reads 2")
+C("answer_is", "Adding everything up:\n\nFinal answer: 42", "42", True, "'Final answer:'")
+C("answer_is", "Therefore Maria has 27 stickers.\n\n**Answer:** 27", "27", True, "markdown bold anchor")
+C("answer_is", r"Final Answer: The final answer is $\frac{5}{6}$. I hope it is correct.", r"\frac56", True,
+  "Minerva format (math-verify priority 0, Qwen 'final answer is $...$. I hope')")
+C("answer_is", "The final answer is 64 square units.", "64", True, "anchor with unit words")
+C("answer_is", r"Answer: $x = 9$", "9", True, "anchor with assignment")
+C("answer_is", r"So the answer is $\frac{11}{4}$ (from step 2).", r"\frac{11}{4}", True,
+  "anchor beats a parenthetical reference; ours reads 2")
+C("answer_is", "So the answer is 3.", "4", False, "wrong anchored answer")
+C("answer_is", "**Final Answer**\n\n12", "12", True, "heading then the value on its own line")
+C("answer_is", "Thus, the answer is: 150 km.", "150", True, "anchor, colon, unit")
+C("answer_is", "The answer is 7 (since 3 + 4 = 7).", "7", True,
+  "explanation after the anchored answer repeats it; any rule gets 7")
+
+# ------------------------------------------------------------------------------------------------
+# equation: x = 5, y \approx 7
+# ------------------------------------------------------------------------------------------------
+C("equation", r"Solving the linear equation, we get $x = 5$.", "5", True, "assignment vs number")
+C("equation", r"Rounding to the nearest integer, $y\approx7$.", "7", True,
+  "approx with no spaces; math-verify takes the value after \\approx; our regex finds no number")
+C("equation", r"So $x = \frac{22}{7} \approx 3.14$.", r"\frac{22}{7}", True,
+  "exact value followed by its approximation: math-verify keeps the exact side (test '$x=1/3\\approx1.3$'); "
+  "ours reads 3.14")
+C("equation", r"Combining, $k = 2 + 3 = 5$.", "5", True, "chain of equalities, last side")
+C("equation", r"Dividing the area by the base, $h = 4\sqrt{2}$.", r"4\sqrt2", True, "ours reads 2")
+C("equation", r"The line through both points is $y = -3x + 2$.", "-3x+2", True,
+  "line equation vs expression gold (math-verify unwraps y = ... when gold is not an equation)")
+C("equation", r"So $x \approx 2.83$.", r"2\sqrt{2}", False,
+  "an approximation is not the exact answer (math-verify rounds to 6 places; Qwen rel_tol 1e-4 also 0)")
+C("equation", r"Since $x^2 = 16$ and $x > 0$, $x = 4$.", "4", True,
+  "last assignment. math-verify joins math spans linked by 'and' / ',' into one set {x^2=16, x>0, x=4} "
+  "and fails; a last-span rule (ours) gets 4. Picked 1")
+C("equation", r"The line through both points is $y = 2x + 3$.", "y = 2x + 3", True, "equation vs equation gold")
+C("equation", r"The line through both points is $y = 2x - 3$.", "y = 2x + 3", False, "wrong intercept")
+
+# ------------------------------------------------------------------------------------------------
+# fraction_decimal
+# ------------------------------------------------------------------------------------------------
+C("fraction_decimal", "Half of the outcomes are favourable, so the probability is 0.5.", r"\frac{1}{2}", True, "")
+C("fraction_decimal", "Each of the 8 slices is equal, so p = 1/8", "0.125", True, "a/b fraction vs decimal gold")
+C("fraction_decimal", "The answer is 0.333.", r"\frac13", False,
+  "truncated decimal != 1/3: math-verify rounds to 6 decimals (0); MARIO pays it (EPSILON 1e-3 in "
+  "latex_parser._diff_equal; its tests accept 1.732 for sqrt3); Qwen rel_tol 1e-4 says 0 for 0.333. Picked 0 "
+  "(math-verify, project docstring: 0.333 != 1/3)")
+C("fraction_decimal", r"So the ratio is $0.75$.", r"\frac{3}{4}", True, "")
+C("fraction_decimal", "So the scale factor is 1.25.", r"\frac{5}{4}", True, "")
+C("fraction_decimal", r"Without reducing, the probability is $\frac{6}{8}$.", r"\frac34", True,
+  "unreduced fraction: Hendrycks string match says 0, math-verify/MARIO/Qwen sympy say 1. Picked 1 "
+  "(value is right)")
+C("fraction_decimal", "So the ratio is 0.2.", r"\frac{1}{4}", False, "wrong value")
+C("fraction_decimal", r"So the mass ratio is $\frac{7}{2}$.", "3.5", True, "fraction vs decimal gold")
+
+# ------------------------------------------------------------------------------------------------
+# percent
+# ------------------------------------------------------------------------------------------------
+C("percent", "So the discount is 25%.", "25", True,
+  "% read as a unit: Hendrycks strips \\%, math-verify 0.9 compares integer percentages by value")
+C("percent", r"So the interest rate is $40\%$.", r"40\%", True, "")
+C("percent", "So 12.5% of the students walk to school.", "12.5", True,
+  "non-integer percent vs bare gold: Hendrycks, Qwen, NeMo strip the sign (1). math-verify's sympy value "
+  "is 0.125 but it still pays, through its string fallback (both sides' fallback strings are '12.5')")
+C("percent", "The answer is 0.3", r"30\%", True, "math-verify reads the gold % as /100: 30% == 0.3")
+C("percent", "So the probability is 35.", "0.35", False,
+  "bare 35 vs 0.35: Qwen include_percentage pays (gold*100), math-verify/Hendrycks don't. Picked 0 "
+  "(it would also pay 350 for a gold of 3.5)")
+C("percent", "The price went up by 20 percent.", "20", True, "the word 'percent'")
+C("percent", "So the tax is 8%.", "9", False, "wrong percentage")
+
+# ------------------------------------------------------------------------------------------------
+# units
+# ------------------------------------------------------------------------------------------------
+C("units", "Each side of the square is 5 cm.", "5", True, "unit word after number")
+C("units", r"So the angle measures $90^\circ$.", "90", True, "degree sign dropped (all graders)")
+C("units", r"After buying lunch she has \$5 left.", "5", True,
+  "escaped dollar in plain text: math-verify's currency prefix needs a space/'=' right before the sign, "
+  "the backslash blocks it, so it extracts nothing; Hendrycks/Qwen strip \\$. Picked 1")
+C("units", r"The area of the triangle is $15\text{ cm}^2$.", "15", True,
+  "unit with exponent: our last-number rule reads the 2")
+C("units", r"The ticket costs $\$12.50$.", "12.50", True, "currency with cents")
+C("units", r"The volume is $36\pi \text{ cubic units}$.", r"36\pi", True, "pi times unit text; ours reads 36")
+C("units", r"So the angle measures $90^\circ$.", r"\frac{\pi}{2}", False,
+  "degrees vs radians: MARIO accepts (30^\\circ -> {30, pi/6}), math-verify (convert_degrees=False), "
+  "Hendrycks, Qwen don't. Picked 0")
+C("units", "Driving for 2 hours at 60 mph covers 120 miles.", "120", True, "numbers before, answer last")
+C("units", "The floor area is 24 m^2.", "24", True, "plain-text unit with exponent; ours reads 2")
+C("units", r"The speed is $45\text{ km/h}$.", "45", True, "unit with slash inside \\text")
+
+# ------------------------------------------------------------------------------------------------
+# sets_tuples
+# ------------------------------------------------------------------------------------------------
+C("sets_tuples", r"Factoring, the roots are $2$ and $-3$.", "-3, 2", True,
+  "math-verify joins math spans linked by 'and'/'or'/',' into a set; MATH gold lists roots with commas")
+C("sets_tuples", r"So the ordered pair is $(4, -1)$.", "(4,-1)", True, "tuple; ours reads -1")
+C("sets_tuples", r"Hence the set of odd values is $\{1, 3, 5\}$.", r"\{5, 3, 1\}", True, "set order ignored")
+C("sets_tuples", r"So the ordered pair is $(-1, 4)$.", "(4,-1)", False, "tuple order matters")
+C("sets_tuples", r"The solutions are $x = 1$ or $x = 6$.", "1, 6", True, "assignments joined by 'or'")
+C("sets_tuples", r"The vertex is at $(3, \frac{1}{2})$.", r"\left(3,\frac12\right)", True, "tuple with fraction")
+C("sets_tuples", r"Hence the set is $\{1, 3\}$.", r"\{1, 3, 5\}", False, "missing element")
+C("sets_tuples", r"So the integer roots are $-2, 1$.", "-2,1", True, "comma list in one span")
+C("sets_tuples", r"So the integer roots are $-2, 1, 4$.", "-2,1", False, "extra element")
+
+# ------------------------------------------------------------------------------------------------
+# multiple_candidates: only the final answer counts
+# ------------------------------------------------------------------------------------------------
+C("multiple_candidates", "It could be 3 or 4. Checking, 3 fails the second condition, so it is 4.", "4", True,
+  "final stated value wins")
+C("multiple_candidates", "It could be 3 or 4. Checking, 3 fails the second condition, so it is 4.", "3", False,
+  "a discarded candidate earns nothing")
+C("multiple_candidates", "The answer is 6. Hmm, recounting the corners, the answer is actually 7.", "7", True,
+  "two anchors: the last one counts (math-verify takes the rightmost match in a priority group)")
+C("multiple_candidates", "The answer is 6. Hmm, recounting the corners, it is actually 7.", "7", False,
+  "anchored 6 then an unanchored correction: math-verify reads 6 (the anchor outranks the later plain "
+  "number), Qwen takes the whole tail after 'answer is' and fails. Picked 0 with the graders: keep "
+  "'anchor beats stray number' (see answer_is), the model should restate its answer")
+C("multiple_candidates", "The possible values are 2, 3, or 5; only 5 satisfies both, so the answer is 5.", "5", True,
+  "candidates listed, then the final anchored answer")
+C("multiple_candidates", "The answer is either 8 or 9.", "9", False,
+  "hedged final statement: not a single answer. math-verify reads 8 (first number after the anchor), "
+  "a last-number rule reads 9. Picked 0: paying hedges invites reward hacking")
+C("multiple_candidates", r"So the answer is $\boxed{3}$ or $\boxed{4}$.", "4", False,
+  "hedging with two boxes: math-verify joins them into {3,4} != 4; a last-box rule would pay. Picked 0")
+C("multiple_candidates", "My first count gave 12, but that double counts the ends; the correct count is 10.",
+  "10", True, "correction, last value")
+C("multiple_candidates", "My first count gave 12, but that double counts the ends; the correct count is 10.",
+  "12", False, "the discarded value")
+C("multiple_candidates", "So x = 2 or x = -2, but x must be positive, so x = 2.", "2", True, "case analysis, last value")
+C("multiple_candidates", "Final answer: 15. (An earlier draft said 14.)", "15", True,
+  "anchor beats a later parenthetical number (math-verify); Qwen/ours read 14")
+C("multiple_candidates", r"So the result is $\boxed{5}$. Wait, I dropped a term: $2 + 4 = 6$.", "6", False,
+  "a box outranks later unboxed text in every grader (math-verify boxed priority 50 < plain 300). "
+  "Picked 0 with them: the box is the declared final answer")
+
+# ------------------------------------------------------------------------------------------------
+# latex_wrappers
+# ------------------------------------------------------------------------------------------------
+C("latex_wrappers", r"The intersection point is \[ \left( 2, \frac{1}{3} \right) \]", r"\left(2,\frac13\right)", True,
+  "display math with \\left( \\right)")
+C("latex_wrappers", r"Therefore the sum is $$\frac{15}{4}$$", r"\frac{15}{4}", True, "$$ display")
+C("latex_wrappers", r"The distance is \( 2\sqrt{5} \).", r"2\sqrt5", True, "\\( \\) inline; ours reads 5")
+C("latex_wrappers", r"The meeting falls on $\text{Tuesday}$.", r"\text{Tuesday}", True,
+  "text answer (math-verify compares symbols/strings); ours finds no number")
+C("latex_wrappers", r"So the count is $\mathbf{12}$.", "12", True, "\\mathbf wrapper")
+C("latex_wrappers", r"Therefore the probability is $\displaystyle \frac{1}{6}$.", r"\frac16", True, "\\displaystyle")
+C("latex_wrappers", r"\[ x = \left| -4 \right| = 4 \]", "4", True, "absolute value, last side")
+C("latex_wrappers", r"So $t \in \left[ 1, 3 \right)$.", "[1,3)", True, "\\left[ \\right) interval")
+C("latex_wrappers", "Counting the remaining tiles gives **12**.", "12", True, "markdown bold")
+C("latex_wrappers", r"The answer is $\text{(B)}$, which is $2\sqrt{2}$.", r"2\sqrt{2}", True,
+  "choice letter then the value. DESIRED: math-verify's 'answer' anchor (priority 200) takes the first "
+  "parsable thing within 50 chars after the word, here the fragment 2; ours reads the last number 2")
+
+# ------------------------------------------------------------------------------------------------
+# no_answer: nothing to grade -> 0
+# ------------------------------------------------------------------------------------------------
+C("no_answer", "I'm not sure how to solve this problem.", "5", False, "no number at all")
+C("no_answer", "Let me think step by step about the triangle.", "3", False, "no number")
+C("no_answer", "First, we compute the discriminant, which is", "0", False, "truncated mid-sentence, no number")
+C("no_answer", "We need more information to determine the value of x.", "2", False, "refusal")
+C("no_answer", "We know that 5 apples cost $10. Next we need to find the cost of", "10", False,
+  "DESIRED: truncated generation whose only numbers are givens; every last-number fallback (math-verify, "
+  "Qwen, ours) pays it if a given equals the gold. Picked 0: restrict the fallback to the last "
+  "sentence / a finished response")
+C("no_answer", "", "7", False, "empty completion")
+
+# ------------------------------------------------------------------------------------------------
+# gsm8k: '#### N' line
+# ------------------------------------------------------------------------------------------------
+C("gsm8k", "She sells 16 - 3 - 4 = 9 eggs and earns 9 * 2 = 18 dollars.\n#### 18", "18", True, "")
+C("gsm8k", "The total is 617 + 617 = 1,234 dollars.\n#### 1,234", "1234", True, "comma after ####")
+C("gsm8k", "The total is 5 * 12 = 60 minutes.\n#### 60", "60", True, "")
+C("gsm8k", "So the answer is 45.\n#### 44", "44", True,
+  "the #### line is the final answer (GSM8K format; lm-eval-harness strict match reads '#### N'). "
+  "math-verify has no #### rule and its 'answer' anchor reads 45. Picked ####")
+C("gsm8k", "So the answer is 45.\n#### 44", "45", False, "same, the earlier value must fail")
+C("gsm8k", "He ends up 15 dollars short.\n#### -15", "-15", True, "negative after ####")
+C("gsm8k", "So Janet makes $18 every day at the farmers' market.", "18", True, "no #### line, currency sign")
+C("gsm8k", "Each box costs $2.50, so 4 boxes cost $10.\n#### $10", "10", True, "dollar sign after ####")
+
+# ------------------------------------------------------------------------------------------------
+# matrix_or_vector
+# ------------------------------------------------------------------------------------------------
+C("matrix_or_vector", r"So the projection is $\begin{pmatrix} 3 \\ -1 \end{pmatrix}$.",
+  r"\begin{pmatrix} 3 \\ -1 \end{pmatrix}", True, "column vector; ours reads -1")
+C("matrix_or_vector", r"Thus $M = \begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}$.",
+  r"\begin{bmatrix} 1 & 2 \\ 3 & 4 \end{bmatrix}", True, "pmatrix vs bmatrix (NeMo test, Qwen strip_string)")
+C("matrix_or_vector", r"The vector is $\begin{pmatrix} 1/2 \\ 0 \end{pmatrix}$.",
+  r"\begin{pmatrix} \frac12 \\ 0 \end{pmatrix}", True, "entry a/b vs shorthand frac")
+C("matrix_or_vector", r"Thus $M = \begin{pmatrix} 1 & 2 \\ 3 & 5 \end{pmatrix}$.",
+  r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}", False, "one wrong entry")
+C("matrix_or_vector", r"So the direction vector is $\begin{pmatrix} 2 \\ -5 \\ 1 \end{pmatrix}$.",
+  r"\begin{pmatrix} 2 \\ -5 \\ 1 \end{pmatrix}", True, "3-vector")
+
+# ------------------------------------------------------------------------------------------------
+# plain_text_numbers: the answer amid other numbers
+# ------------------------------------------------------------------------------------------------
+C("plain_text_numbers", "So she buys 12 apples. (Checked in step 3.)", "12", False,
+  "a trailing reference number without an anchor: math-verify and Qwen read 3, as do we. Kept 0 with the "
+  "graders: skipping parentheticals would also skip real corrections; the model should end on its answer")
+C("plain_text_numbers", "So the answer is 12 apples. (Checked in step 3.)", "12", True,
+  "same with an anchor: the anchor wins (math-verify); ours reads 3")
+C("plain_text_numbers", "Tom is 14 years old, as of 2023.", "14", False,
+  "trailing year: all last-number graders read 2023. Kept 0 with them")
+C("plain_text_numbers", "The train arrives 45 minutes later.", "45", True, "")
+C("plain_text_numbers", "In 2019 there were 340 members, so now there are 340 + 60 = 400 members.", "400", True,
+  "earlier year and numbers, answer last")
+C("plain_text_numbers", "Therefore she needs 8 more cups.", "8", True, "")
+C("plain_text_numbers", "It takes 3 workers 4 hours, so one worker alone takes 12 hours.", "12", True, "")
+C("plain_text_numbers", "So x = 7, which is the 4th prime.", "7", True,
+  "an ordinal after the answer: math-verify and Qwen read 4 ('4th' needs no suffix boundary there). We take the "
+  "other side: '4th' is a word, not a number, so the final answer is x = 7")
+C("plain_text_numbers", "The answer is twelve.", "12", False,
+  "number word: only Qwen (word2number on the extracted string) converts; math-verify, Hendrycks, NeMo "
+  "don't. Picked 0: rare in math outputs, and w2n turns any phrase with a number word into a number")
+C("plain_text_numbers", "Adding 3.5 and 4.25 gives 7.75 liters in total.", "7.75", True, "decimals, answer last")
+
+assert all(len(c) == 5 and isinstance(c[3], bool) for c in CASES)
