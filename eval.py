@@ -18,15 +18,17 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
-import tyro
 from transformers import AutoTokenizer
 
 from common.data import TEMPLATES, load_rows, tokenize_prompts
 from common.evaluation import default_pass_k, evaluate
 from common.generation import SamplingConfig, make_engine
+from common.errors import BadSpec
 from common.model import DEFAULT_MODEL, check_model, load_policy, resolve_model
+from common.run import cli
 
 
 @dataclass
@@ -51,11 +53,11 @@ class Args:
     """top-k sampling (0 = off)"""
     max_new_tokens: int = 1024
     """completion length limit; longer completions are cut and counted as truncated"""
-    template: str = "chat"
+    template: Literal["chat", "plain"] = "chat"
     """prompt: chat (the tokenizer's chat template, instruct models) or plain (base models)"""
     seed: int = 0
     """generation seed: same seed, backend and model give the same samples"""
-    backend: str = "auto"
+    backend: Literal["auto", "vllm", "hf"] = "auto"
     """generation engine: vllm, hf (transformers generate) or auto (vllm if installed)"""
     gpu_memory_utilization: float = 0.9
     """vLLM: fraction of GPU memory for weights and KV cache"""
@@ -102,23 +104,20 @@ def main(args: Args) -> dict:
     # ---------------------------------------------------------------- 1. check flags, load every data set
     # Everything that can fail fast does so before the (slow) model load.
     if args.template not in TEMPLATES:
-        raise ValueError(f"--template must be one of {TEMPLATES}, got {args.template!r}")
+        raise BadSpec(f"--template must be one of {TEMPLATES}, got {args.template!r}")
     if args.backend not in ("auto", "vllm", "hf"):
-        raise ValueError(f"--backend must be auto, vllm or hf, got {args.backend!r}")
+        raise BadSpec(f"--backend must be auto, vllm or hf, got {args.backend!r}")
     pass_k = list(args.pass_k) or default_pass_k(args.n)
     if args.n < 1 or any(not 1 <= k <= args.n for k in pass_k):
-        raise ValueError(f"need --n >= 1 and every --pass-k in [1, n]; got n={args.n}, pass-k={pass_k}")
+        raise BadSpec(f"need --n >= 1 and every --pass-k in [1, n]; got n={args.n}, pass-k={pass_k}")
     names = split_datasets(args.datasets)
     if not names:
-        raise ValueError("--datasets is empty")
+        raise BadSpec("--datasets is empty")
     data = {}
     for name in names:
-        try:
-            data[name] = load_rows(name, split=args.split, limit=args.limit)
-        except Exception as e:
-            raise ValueError(f"--datasets {name}: {e}") from e
+        data[name] = load_rows(name, split=args.split, limit=args.limit, flag="--datasets")
         if not data[name]:
-            raise ValueError(f"--datasets {name}: no problems")
+            raise BadSpec(f"--datasets {name}: no problems")
     model_arg = resolve_checkpoint(args.model)
     check_model(model_arg)
 
@@ -167,4 +166,4 @@ def main(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    cli(main, Args)  # a bad flag, data spec or path: one line that names it, exit 1

@@ -38,7 +38,7 @@ Row rules (one normalizer for every format):
   "1234", surrounding $ and a final period stripped): the one normalization, done at load.
 - id: `id` / `unique_id` / `idx`, else "<tag>:<row>" (tag: "gsm8k/train", a file name, a hub id).
 - A malformed row (bad JSON, not an object, no question, no answer field, a solution without
-  \\boxed) raises ValueError naming the file or hub id and the 1-based row (line for JSONL).
+  \\boxed) raises common.errors.BadSpec (a ValueError) naming the file or hub id and the 1-based row (line for JSONL).
   A row whose gold is empty cannot be rewarded: it is skipped with a warning naming its rows
   (MATH 12k train has two solutions ending in an empty \\boxed{}). Nothing is dropped silently.
 """
@@ -51,12 +51,14 @@ import itertools
 import json
 import os
 import random
+import re
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
 
+from common.errors import BadSpec, MissingPath, Unavailable, UsageError
 from common.grader import last_boxed, normalize_gold
 
 KNOWN = {  # name: (local folder, hub id, hub config, default split)
@@ -126,17 +128,17 @@ def make_arithmetic(n: int, split: str = "train", seed: int = 0, digits: int = 2
     learn, easy enough that most groups of 8 samples hold a correct one for GRPO-style advantages.
     """
     if split not in ("train", "test"):
-        raise ValueError(f"arithmetic split must be 'train' or 'test', got {split!r}")
+        raise BadSpec(f"arithmetic split must be 'train' or 'test', got {split!r}")
     if digits < 1 or num_operands < 2 or n < 1:
-        raise ValueError(f"need digits >= 1, num_operands >= 2, n >= 1; got {digits}, {num_operands}, {n}")
+        raise BadSpec(f"need digits >= 1, num_operands >= 2, n >= 1; got {digits}, {num_operands}, {n}")
     if not ops or set(ops) - set("+-*") or len(set(ops)) != len(ops):
-        raise ValueError(f"ops must be distinct characters from '+-*', got {ops!r}")
+        raise BadSpec(f"ops must be distinct characters from '+-*', got {ops!r}")
     values, space = _arith_space(digits, num_operands, ops)
     rng = random.Random(f"arithmetic:{split}:{seed}:{digits}:{num_operands}:{ops}")
     if _is_small(space, split, n):  # enumerate, so the size check is exact
         pool = _split_pool(split, digits, num_operands, ops)
         if n > len(pool):
-            raise ValueError(
+            raise BadSpec(
                 f"the {split} split of arithmetic (digits={digits}, operands={num_operands}, "
                 f"ops={ops!r}) holds only {len(pool)} problems, asked for n={n}: lower n or "
                 "raise digits/operands")
@@ -157,13 +159,22 @@ def make_arithmetic(n: int, split: str = "train", seed: int = 0, digits: int = 2
 
 def _arithmetic_from_string(source: str, split: str) -> list[dict]:
     keys = {"digits": "digits", "operands": "num_operands", "ops": "ops", "n": "n", "seed": "seed"}
+    bounds = {"digits": (1, 18), "operands": (2, 10), "n": (1, 10**7), "seed": (-(2**63), 2**63 - 1)}
     kw: dict[str, Any] = {}
     _, _, settings = source.partition(":")
     for item in filter(None, settings.split(",")):
-        key, eq, value = item.partition("=")
-        if not eq or key.strip() not in keys:
-            raise ValueError(f"bad arithmetic setting {item!r} in {source!r}; use key=value with keys {sorted(keys)}")
-        kw[keys[key.strip()]] = value.strip() if key.strip() == "ops" else int(value)
+        key, eq, value = (part.strip() for part in item.partition("="))
+        if not eq or key not in keys:
+            raise BadSpec(f"{source!r}: bad arithmetic setting {item!r}; use key=value with keys {sorted(keys)}")
+        if key == "ops":
+            if not value or set(value) - set("+-*") or len(set(value)) != len(value):
+                raise BadSpec(f"{source!r}: ops={value!r} must be distinct characters from '+-*'")
+            kw["ops"] = value
+            continue
+        low, high = bounds[key]
+        if not re.fullmatch(r"-?\d+", value) or not low <= int(value) <= high:
+            raise BadSpec(f"{source!r}: {key}={value!r} must be an integer in [{low}, {high}]")
+        kw[keys[key]] = int(value)
     if "n" not in kw:
         d, k, ops = kw.get("digits", 2), kw.get("num_operands", 2), kw.get("ops", "+-")
         n = 10000 if split == "train" else 500
@@ -192,11 +203,11 @@ def resolve_source(source: str, split: str | None = None) -> tuple[str, str, str
         for suffix in FILE_SUFFIXES:
             if (path / f"{split}{suffix}").is_file():
                 return "file", str(path / f"{split}{suffix}"), None, split
-        raise FileNotFoundError(
+        raise MissingPath(
             f"{path}: no {split}.jsonl/.json/.parquet in this folder; known names: {', '.join(KNOWN)}")
     if path.suffix in FILE_SUFFIXES or path.exists() or source.startswith((".", "/", "~")):
         if not path.is_file():
-            raise FileNotFoundError(f"{path}: no such file; known names: {', '.join(KNOWN)}, arithmetic")
+            raise MissingPath(f"{path}: no such file; known names: {', '.join(KNOWN)}, arithmetic")
         return "file", str(path), None, split
     hub_id, _, config = source.partition(":")
     return "hub", hub_id, config or None, split
@@ -215,7 +226,7 @@ def _read_file(path: str) -> Iterator[tuple[int, Any]]:
                 try:
                     yield from enumerate(json.loads(text), 1)
                 except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}: bad JSON at line {e.lineno}: {e.msg}") from None
+                    raise BadSpec(f"{path}: bad JSON at line {e.lineno}: {e.msg}") from None
                 return
             lines: Any = text.splitlines()
         else:
@@ -225,7 +236,7 @@ def _read_file(path: str) -> Iterator[tuple[int, Any]]:
                 try:
                     yield lineno, json.loads(line)
                 except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}: row {lineno}: bad JSON ({e.msg})") from None
+                    raise BadSpec(f"{path}: row {lineno}: bad JSON ({e.msg})") from None
 
 
 def _gold(row: dict) -> str | None:
@@ -251,24 +262,34 @@ def _gold(row: dict) -> str | None:
 
 def _normalize(obj: Any, where: str, tag: str, rownum: int) -> dict | None:
     if not isinstance(obj, dict):
-        raise ValueError(f"{where}: row {rownum}: expected a JSON object, got {type(obj).__name__}")
+        raise BadSpec(f"{where}: row {rownum}: expected a JSON object, got {type(obj).__name__}")
     question = obj.get("problem") if obj.get("problem") is not None else obj.get("question")
     if not isinstance(question, str) or not question.strip():
-        raise ValueError(f"{where}: row {rownum}: missing question (need a 'problem' or 'question' field)")
+        raise BadSpec(f"{where}: row {rownum}: missing question (need a 'problem' or 'question' field)")
     if obj.get("context"):
         question = f"{obj['context']}\n\n{question}"
     answer = _gold(obj)
     if answer is None:
         what = "a \\boxed{} in 'solution'" if "solution" in obj else "an 'answer' field"
-        raise ValueError(f"{where}: row {rownum}: missing answer (need 'answer', 'final_answer' or {what})")
+        raise BadSpec(f"{where}: row {rownum}: missing answer (need 'answer', 'final_answer' or {what})")
     if not answer:
         return None
     rid = next((obj[k] for k in ("id", "unique_id", "idx") if obj.get(k) is not None), f"{tag}:{rownum}")
     return {"id": str(rid), "question": question, "answer": answer}
 
 
-def load_rows(source: str, split: str | None = None, limit: int | None = None) -> list[dict]:
-    """Rows {"id", "question", "answer"} of `source` (syntax in the module docstring)."""
+def load_rows(source: str, split: str | None = None, limit: int | None = None, flag: str | None = None) -> list[dict]:
+    """Rows {"id", "question", "answer"} of `source` (syntax in the module docstring); `flag` (e.g. "--dataset")
+    starts the message of any error, so that it names what to fix."""
+    try:
+        return _load_rows(source, split, limit)
+    except UsageError as e:
+        if flag is None:
+            raise
+        raise type(e)(f"{flag} {source}: {e}") from None
+
+
+def _load_rows(source: str, split: str | None, limit: int | None) -> list[dict]:
     kind, target, config, split = resolve_source(source, split)
     if kind == "arithmetic":
         return _arithmetic_from_string(target, split)[:limit]
@@ -281,7 +302,7 @@ def load_rows(source: str, split: str | None = None, limit: int | None = None) -
         try:
             items = enumerate(datasets.load_dataset(target, config, split=split), 1)
         except Exception as e:  # offline, unknown id, wrong split: say what was tried
-            raise RuntimeError(
+            raise Unavailable(
                 f"could not load {where}: {e}. Known names: {', '.join(KNOWN)}, arithmetic; local "
                 "files: a .jsonl/.json/.parquet path, or $RL_MATH_DATA/<name>/<split>.jsonl") from e
         tag = f"{source}/{split}" if source in KNOWN else target
@@ -313,12 +334,12 @@ def build_prompt(tokenizer: Any, question: str, template: str = "chat") -> str:
     """
     if template == "chat":
         if not getattr(tokenizer, "chat_template", None):
-            raise ValueError("this tokenizer has no chat template: use --template plain (base models)")
+            raise BadSpec("this tokenizer has no chat template: use --template plain (base models)")
         messages = [{"role": "user", "content": f"{question}\n{INSTRUCTION}"}]
         return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     if template == "plain":
         return f"Question: {question}\n{INSTRUCTION}\nAnswer: Let's think step by step."
-    raise ValueError(f"unknown prompt template {template!r}; allowed: {', '.join(TEMPLATES)}")
+    raise BadSpec(f"unknown prompt template {template!r}; allowed: {', '.join(TEMPLATES)}")
 
 
 def tokenize_prompts(tokenizer: Any, questions: list[str], template: str = "chat") -> list[list[int]]:
@@ -347,7 +368,7 @@ def batch_indices(num_rows: int, batch_size: int, seed: int, step: int) -> list[
     e = p // num_rows; each epoch's permutation comes from (seed, e), and a batch that crosses an
     epoch end continues into the next epoch's permutation."""
     if num_rows < 1 or batch_size < 1 or step < 0:
-        raise ValueError(f"need num_rows >= 1, batch_size >= 1, step >= 0; got {num_rows}, {batch_size}, {step}")
+        raise BadSpec(f"need num_rows >= 1, batch_size >= 1, step >= 0; got {num_rows}, {batch_size}, {step}")
     perms: dict[int, np.ndarray] = {}
     out = []
     for pos in range(step * batch_size, (step + 1) * batch_size):

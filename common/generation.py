@@ -87,6 +87,7 @@ class VLLMEngine:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process engine core: required by sync_weights
         os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")  # else vLLM keeps a core idle (half of a 2-core CPU)
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        vllm_internals.quiet_startup()
         import vllm
         from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
@@ -104,7 +105,13 @@ class VLLMEngine:
             kwargs["enable_chunked_prefill"] = False
         if torch.distributed.is_available() and torch.distributed.is_initialized() \
                 and torch.distributed.get_world_size() > 1:
-            kwargs["distributed_executor_backend"] = "external_launcher"
+            kwargs["distributed_executor_backend"] = "external_launcher"  # one engine per process (docs/vllm-0.33.md)
+            if missing := [v for v in ("RANK", "LOCAL_RANK") if v not in os.environ]:
+                raise RuntimeError(f"one vLLM engine per process needs {' and '.join(missing)} set: launch with torchrun "
+                                   "or accelerate launch, or use --backend hf")
+            if torch.cuda.is_available() and int(os.environ["LOCAL_RANK"]) >= torch.cuda.device_count():
+                raise RuntimeError(f"LOCAL_RANK {os.environ['LOCAL_RANK']} but {torch.cuda.device_count()} visible GPU(s): "
+                                   "vLLM's external launcher needs every GPU of the node visible to every process")
         self.sleep_mode, self.asleep = enable_sleep_mode, False
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         try:
@@ -186,7 +193,8 @@ def _preserve_rng():
     import numpy as np
 
     py, npy = random.getstate(), np.random.get_state()
-    with torch.random.fork_rng(devices=range(torch.cuda.device_count())):
+    # this process's GPU only: forking every visible GPU's generator would touch (and start a context on) the others
+    with torch.random.fork_rng(devices=[torch.cuda.current_device()] if torch.cuda.is_available() else []):
         yield
     random.setstate(py)
     np.random.set_state(npy)

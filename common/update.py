@@ -26,6 +26,8 @@ import torch
 from accelerate.utils import DistributedType
 from torch import nn
 
+from common.errors import BadSpec
+
 
 def make_batch(prompt_ids: list[list[int]], completion_ids: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
     """Right-padded rows (layout in the module docstring) of P prompts and their P*G completions.
@@ -60,7 +62,7 @@ def mini_batches(batch: dict[str, torch.Tensor], num_mini_batches: int, generato
     """This process's rows in `num_mini_batches` parts: a seeded shuffle of whole samples (in order when 1 part)."""
     n = batch["input_ids"].shape[0]
     if n % num_mini_batches:
-        raise ValueError(f"--num-mini-batches {num_mini_batches} must divide the {n} samples per process")
+        raise BadSpec(f"--num-mini-batches {num_mini_batches} must divide the {n} samples per process")
     perm = torch.randperm(n, generator=generator) if num_mini_batches > 1 else torch.arange(n)
     return [{k: v[idx] for k, v in batch.items()} for idx in perm.chunk(num_mini_batches)] if n else []
 
@@ -121,7 +123,7 @@ def accumulate_gradients(accelerator, model: nn.Module, sync: bool):
 def build_optimizer(model: nn.Module, lr: float, weight_decay: float, warmup_steps: int, total_steps: int, schedule: str):
     """AdamW with linear warmup, then constant or cosine decay to 10% of `lr`."""
     if schedule not in ("constant", "cosine"):
-        raise ValueError(f"--lr-schedule must be 'constant' or 'cosine', got {schedule!r}")
+        raise BadSpec(f"--lr-schedule must be 'constant' or 'cosine', got {schedule!r}")
     params = [p for p in model.parameters() if p.requires_grad]
     # fused: one kernel over all parameters instead of a loop of small ops (measured 9x faster per step than
     # the default for SmolLM2-135M on a 2-core CPU); plain tensors on CPU/CUDA only (not DTensor shards)

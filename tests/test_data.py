@@ -85,6 +85,27 @@ def test_arithmetic_source_string():
         load_rows("arithmetic:width=3")
 
 
+@pytest.mark.parametrize("spec,message", [
+    ("arithmetic:digits=0", r"digits='0' must be an integer in \[1, 18\]"),
+    ("arithmetic:digits=1.5", r"digits='1.5' must be an integer"),
+    ("arithmetic:digits=19", r"digits='19'"),
+    ("arithmetic:operands=1", r"operands='1' must be an integer in \[2, 10\]"),
+    ("arithmetic:n=0", r"n='0'"),
+    ("arithmetic:n=", r"n='' must be an integer"),
+    ("arithmetic:seed=x", r"seed='x' must be an integer"),
+    ("arithmetic:ops=", r"ops='' must be distinct"),
+    ("arithmetic:ops=++", r"ops='\+\+' must be distinct"),
+    ("arithmetic:ops=+/", r"ops='\+/' must be distinct"),
+    ("arithmetic:digits", r"bad arithmetic setting 'digits'"),
+])
+def test_every_field_of_the_arithmetic_spec_is_checked(spec, message):
+    from common.errors import UsageError
+
+    with pytest.raises(UsageError, match=message) as error:
+        load_rows(spec, flag="--dataset")
+    assert str(error.value).startswith(f"--dataset {spec}: ") and "\n" not in str(error.value)
+
+
 # ---------------------------------------------------------------- loaders
 def write_jsonl(path: Path, rows: list) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -264,7 +264,7 @@ def no_model_load(monkeypatch):
 def test_eval_script_missing_dataset_fails_before_model_load(tiny_model_path, tiny_sets, tmp_path, no_model_load):
     a, _ = tiny_sets
     missing = str(tmp_path / "nope" / "missing.jsonl")
-    with pytest.raises(ValueError, match=re.escape(f"--datasets {missing}: ") + ".*no such file"):
+    with pytest.raises(FileNotFoundError, match=re.escape(f"--datasets {missing}: ") + ".*no such file"):
         run_eval(tiny_model_path, f"{a},{missing}", tmp_path / "out")
     assert not (tmp_path / "out").exists()
 

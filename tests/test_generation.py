@@ -240,3 +240,30 @@ def test_cpu_kv_cache_bytes_sized_for_the_work():
     assert cpu_kv_cache_bytes(config, "float32", 200, 10**6) == int((cap_tokens + 128) * per_token)
     # ... but never below one full-length sequence, which vLLM needs to start
     assert cpu_kv_cache_bytes(config, "float32", 10**7, 1) == (-(-10**7 // 128) * 128 + 128) * per_token
+
+
+def test_known_harmless_engine_messages_are_dropped_and_others_kept(monkeypatch):
+    import logging
+
+    from common import vllm_internals
+
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    log = logging.getLogger("vllm.engine.arg_utils")
+    handler = Keep()
+    log.addHandler(handler)
+    try:
+        vllm_internals.quiet_startup()
+        monkeypatch.delenv("RL_MATH_VERBOSE", raising=False)
+        log.warning("This model does not officially support disabling chunked prefill. Disabling this manually may ...")
+        log.warning("max_model_len is larger than the model's context")  # a real warning: kept
+        monkeypatch.setenv("RL_MATH_VERBOSE", "1")
+        log.warning("This model does not officially support disabling chunked prefill (verbose)")
+    finally:
+        log.removeHandler(handler)
+    assert seen == ["max_model_len is larger than the model's context",
+                    "This model does not officially support disabling chunked prefill (verbose)"]

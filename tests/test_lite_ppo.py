@@ -1,6 +1,7 @@
 """lite_ppo.py end to end: smoke runs on both backends, flag errors, kill -9 and exact resume."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -32,7 +33,8 @@ def metrics(run_dir: Path) -> list[dict]:
 
 @pytest.mark.parametrize("backend", ["hf", "vllm"])
 def test_two_step_smoke_run(backend, tiny_model_path, tiny_math_data, tmp_path):
-    result = run(tiny_args(tiny_model_path, tiny_math_data, tmp_path, "smoke", "--backend", backend, "--total-steps", "2"))
+    track = ["--track", "tensorboard"] if backend == "hf" else []
+    result = run(tiny_args(tiny_model_path, tiny_math_data, tmp_path, "smoke", "--backend", backend, "--total-steps", "2", *track))
     rows = metrics(tmp_path / "smoke")
     train = [r for r in rows if "losses/policy_loss" in r]
     assert [r["step"] for r in train] == [1, 2]
@@ -42,22 +44,56 @@ def test_two_step_smoke_run(backend, tiny_model_path, tiny_math_data, tmp_path):
     assert [r["step"] for r in rows if "eval/accuracy" in r] == [0, 2]
     assert (tmp_path / "smoke/checkpoints/step-2/model/config.json").exists()
     assert "held-out accuracy" in result.stdout
+    if track:  # TensorBoard's own reader finds the documented keys, per step
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        events = EventAccumulator(str(tmp_path / "smoke"))
+        events.Reload()
+        scalars = events.Tags()["scalars"]
+        for key in ("rollout/reward_mean", "losses/policy_loss", "losses/entropy", "charts/learning_rate", "eval/accuracy"):
+            assert key in scalars, (key, scalars)
+        assert [e.step for e in events.Scalars("losses/policy_loss")] == [1, 2]
+        assert [e.step for e in events.Scalars("eval/accuracy")] == [0, 2]
+        assert events.Scalars("rollout/reward_mean")[-1].value == pytest.approx(train[-1]["rollout/reward_mean"])
 
 
 @pytest.mark.parametrize("flag,value,message", [
-    ("--group-size", "1", "--group-size 1"),
-    ("--prompts-per-step", "0", "--prompts-per-step 0"),
-    ("--model", "./no/such/model", "./no/such/model"),
-    ("--eval-dataset", "/no/such/data.jsonl", "/no/such/data.jsonl"),
-    ("--backend", "tpu", "--backend 'tpu'"),
-    ("--clip-eps", "1.5", "--clip-eps 1.5"),
+    ("--group-size", "1", "error: --group-size 1: needs at least 2"),
+    ("--prompts-per-step", "0", "error: --prompts-per-step 0: must be positive"),
+    ("--model", "./no/such/model", "error: --model ./no/such/model: no such directory"),
+    ("--eval-dataset", "/no/such/data.jsonl", "error: --eval-dataset /no/such/data.jsonl: /no/such/data.jsonl: no such file"),
+    ("--dataset", "arithmetic:digits=0", "error: --dataset arithmetic:digits=0: 'arithmetic:digits=0': digits='0' must be an integer"),
+    ("--dataset", "arithmetic:ops=+/", "ops='+/' must be distinct characters from '+-*'"),
+    ("--dataset", "arithmetic:n=ten", "n='ten' must be an integer"),
+    ("--clip-eps", "1.5", "error: --clip-eps 1.5: must be in (0, 1)"),
+    # flags with a fixed set of values are refused by the parser, which names the choices
+    ("--backend", "tpu", "tpu"),
+    ("--template", "chatml", "chatml"),
+    ("--lr-schedule", "linear", "linear"),
+    ("--track", "tensorbord", "tensorbord"),
+    ("--track", "wandb", "error: --track wandb: the wandb package is not installed (pip install wandb)"),
 ])
-def test_bad_flags_fail_before_any_model_is_loaded(flag, value, message, tiny_model_path, tiny_math_data, tmp_path):
+def test_bad_flags_fail_in_one_line_before_any_model_is_loaded(flag, value, message, tiny_model_path, tiny_math_data, tmp_path):
     cmd = tiny_args(tiny_model_path, tiny_math_data, tmp_path, "bad", flag, value)
+    if flag == "--dataset":
+        cmd[cmd.index("--eval-dataset") + 1] = value
     result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode != 0
     assert message in result.stderr
+    assert "Traceback" not in result.stderr
     assert "Loading weights" not in result.stderr  # failed before the model was loaded
+    if message.startswith("error:"):
+        assert result.stderr.strip().splitlines()[-1].startswith(message)  # the last line says it all
+
+
+def test_help_lists_the_choices_of_fixed_value_flags():
+    result = subprocess.run([sys.executable, str(ROOT / "lite_ppo.py"), "--help"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    for choices in ("{none,tensorboard,wandb}", "{chat,plain}", "{auto,vllm,hf}", "{constant,cosine}"):
+        assert choices in text, choices
+    assert "Q4_1" in text  # the embedded model is a de-quantized GGUF, and --help says so
 
 
 def test_a_finished_run_is_never_appended_to_without_resume(tiny_model_path, tiny_math_data, tmp_path):
@@ -104,3 +140,20 @@ def test_kill_dash_nine_then_resume_ends_with_the_same_weights(tiny_model_path, 
     # the weights moved: the check compares trained models, not two copies of the initial one
     initial = load_file(Path(tiny_model_path) / "model.safetensors")
     assert any((initial[k] != straight[k]).any() for k in initial)
+
+
+@pytest.mark.timeout(900)
+def test_two_processes_each_with_its_own_vllm_engine(tiny_model_path, tiny_math_data, tmp_path):
+    """As `accelerate launch --multi_gpu --num_processes 2` runs it on a CPU machine (torchrun underneath)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    flags = tiny_args(tiny_model_path, tiny_math_data, tmp_path, "two")[2:] + ["--backend", "vllm", "--total-steps", "2"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+           str(29500 + os.getpid() % 1000), str(ROOT / "tests" / "two_process_run.py"), str(tmp_path / "record"), *flags]
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ranks = [json.loads((tmp_path / "record" / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [(r["rank"], r["world_size"], r["engine"]) for r in ranks] == [(0, 2, "VLLMEngine"), (1, 2, "VLLMEngine")]
+    assert [r["prompts"] for r in ranks] == [4, 4]  # 2 steps x its half of the 4 prompts per step, in its own engine
+    assert ranks[0]["checksum"] == ranks[1]["checksum"]  # DDP: both processes end with the same weights
+    train = [r for r in metrics(tmp_path / "two") if "losses/policy_loss" in r]
+    assert [r["step"] for r in train] == [1, 2]
