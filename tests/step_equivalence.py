@@ -107,7 +107,7 @@ def run_step(algo: str, model_dir: str, out_dir: str, *flags: str) -> tuple[dict
         stack.enter_context(mock.patch.object(script, "batch_math_reward", fixed_rewards(mixed_only=algo == "dapo")))
         stack.enter_context(mock.patch.object(script, "build_optimizer", sgd))
         script.main(args)
-    state = out / "run" / "checkpoints" / "step-1" / "state"
+    state = max((out / "run" / "checkpoints").glob("step-*"), key=lambda p: int(p.name[5:])) / "state"
     params = {f"{f.stem}.{k}": v for f in sorted(state.glob("model*.safetensors")) for k, v in load_file(f).items()}
     world = json.loads((out / "rank0.json").read_text())["world_size"]
     return params, world
