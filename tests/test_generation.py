@@ -267,3 +267,28 @@ def test_known_harmless_engine_messages_are_dropped_and_others_kept(monkeypatch)
         log.removeHandler(handler)
     assert seen == ["max_model_len is larger than the model's context",
                     "This model does not officially support disabling chunked prefill (verbose)"]
+
+
+def test_the_shared_tensor_note_of_a_save_is_dropped_and_others_kept(monkeypatch):
+    import logging
+
+    from common.run import _quiet_shared_tensors
+
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    log = logging.getLogger("accelerate.utils.other")  # accelerate's save_state logs through a "[RANK 0] " adapter
+    handler = Keep()
+    log.addHandler(handler)
+    monkeypatch.delenv("RL_MATH_VERBOSE", raising=False)
+    try:
+        with _quiet_shared_tensors():
+            log.warning("[RANK 0] Removed shared tensor {'lm.lm_head.weight'} while saving. This should be OK, ...")
+            log.warning("[RANK 0] something else")
+        log.warning("[RANK 0] Removed shared tensor outside a checkpoint save")  # the filter is gone after the save
+    finally:
+        log.removeHandler(handler)
+    assert seen == ["[RANK 0] something else", "[RANK 0] Removed shared tensor outside a checkpoint save"]
