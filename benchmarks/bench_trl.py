@@ -45,9 +45,9 @@ What runs, ours <-> TRL (GRPOConfig):
     lite_ppo.py            batch-std advantages, token-level loss  <->  scale_rewards="batch", loss_type="dapo"
     grpo.py (--beta 0)     group-std advantages, per-sequence token mean averaged over sequences
                            <->  scale_rewards="group", loss_type="grpo"
-    optimizer              torch AdamW (betas 0.9/0.999, eps 1e-8, weight decay 0), constant lr, same lr and
-                           max_grad_norm (the script's defaults unless given)  <->  optim="adamw_torch"
-                           (TRL's own default on torch >= 2.8 is "adamw_torch_fused": --trl-optim),
+    optimizer              torch AdamW, fused (betas 0.9/0.999, eps 1e-8, weight decay 0), constant lr, same lr
+                           and max_grad_norm (the script's defaults unless given)  <->  optim="adamw_torch_fused",
+                           TRL's own default on torch >= 2.8 (--trl-optim adamw_torch: the unfused one),
                            lr_scheduler_type="constant", warmup 0, weight_decay 0
     reward                 common.reward.batch_math_reward (2 worker processes)  <->  a reward function
                            calling common.reward.math_reward in-process (same verdicts; --trl-reward-pool
@@ -153,8 +153,8 @@ class Args:
     does anyway in the vllm runs (training included: same process); --no-bind-threads: as shipped"""
     micro_batch_tokens: int | None = None
     """ours: padded tokens per forward/backward (default: the script's); TRL: one forward over the P*G rows"""
-    trl_optim: str = "adamw_torch"
-    """TRL optimizer: adamw_torch is ours (torch.optim.AdamW); TRL's own default is adamw_torch_fused"""
+    trl_optim: str = "adamw_torch_fused"
+    """TRL optimizer: its own default on torch >= 2.8, fused torch.optim.AdamW as ours; adamw_torch: unfused"""
     trl_reward_pool: bool = False
     """TRL: score with batch_math_reward's worker pool, as ours, instead of math_reward in-process"""
     trl_path: str = str(ROOT / ".bench-trl")
