@@ -15,7 +15,6 @@ checkpointing, sharded parameters) or no prompt is shared. The results equal a p
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache
 
 from common.model import sharding
@@ -26,7 +25,8 @@ class LogprobModel(nn.Module):
     """A causal LM whose forward returns per-token log-probs and entropies [B, T], never full logits.
 
     Both carry gradients: an entropy bonus in a script's loss trains. Logging the entropy only costs
-    nothing in backward (autograd runs only the graph the loss depends on).
+    nothing in backward: `_ChunkLogprobs` keeps no logits, recomputes them in backward, and adds the
+    entropy's term there only when the entropy received a gradient.
     """
 
     def __init__(self, lm: nn.Module, chunk_size: int | None = None):
@@ -45,11 +45,8 @@ class LogprobModel(nn.Module):
         lm_head = self.lm.get_output_embeddings()
         logps, entropies = [], []
         for i in range(0, h.shape[0], self.chunk_size):
-            args = (h[i : i + self.chunk_size], targets[i : i + self.chunk_size], lm_head.weight, lm_head.bias, temperature)
-            if torch.is_grad_enabled():  # recompute the chunk's logits in backward instead of keeping them
-                lp, ent = checkpoint(_chunk_logprobs, *args, use_reentrant=False)
-            else:
-                lp, ent = _chunk_logprobs(*args)
+            lp, ent = _ChunkLogprobs.apply(h[i : i + self.chunk_size], targets[i : i + self.chunk_size], lm_head.weight,
+                                           lm_head.bias, temperature)
             logps.append(lp)
             entropies.append(ent)
         logprobs = hidden.new_zeros(input_ids.shape, dtype=torch.float32)  # [B, T]
@@ -59,12 +56,51 @@ class LogprobModel(nn.Module):
         return logprobs, entropy
 
 
-def _chunk_logprobs(h, targets, weight, bias, temperature: float):
-    logits = F.linear(h, weight, bias).float() / temperature  # [c, V]
-    logp_all = logits.log_softmax(-1)
-    logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return logp, entropy
+class _ChunkLogprobs(torch.autograd.Function):
+    """(log p(target), entropy) of one chunk of hidden states [c, H] under the LM head, at a temperature.
+
+    The [c, V] logits exist only inside forward and, recomputed, inside backward: nothing of size V is kept
+    between the two (what activation checkpointing would give, without its recomputed entropy branch staying
+    alive when the entropy only is logged). With z = logits / T, p = softmax(z), H = -sum p log p:
+        d log p_t / dz = onehot_t - p          d H / dz = -p * (log p + H)
+    Under autocast the logits come from the same autocast matmul in forward and backward.
+    """
+
+    @staticmethod
+    def forward(ctx, h, targets, weight, bias, temperature: float):
+        device = h.device.type
+        ctx.autocast = (torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
+        ctx.temperature = temperature
+        ctx.save_for_backward(h, targets, weight, bias)
+        ctx.set_materialize_grads(False)  # an output nobody differentiates (the logged entropy) gets None
+        logp_all = (F.linear(h, weight, bias).float() / temperature).log_softmax(-1)  # [c, V]
+        return logp_all.gather(-1, targets[:, None]).squeeze(-1), -(logp_all.exp() * logp_all).sum(-1)
+
+    @staticmethod
+    def backward(ctx, grad_logp, grad_entropy):
+        h, targets, weight, bias = ctx.saved_tensors
+        enabled, dtype = ctx.autocast
+        with torch.autocast(h.device.type, dtype=dtype, enabled=enabled):
+            logits = F.linear(h, weight, bias)
+        matmul_dtype = logits.dtype
+        logp_all = logits.float().div_(ctx.temperature).log_softmax(-1)  # [c, V]; at most three [c, V] at once below
+        del logits
+        p = logp_all.exp()
+        grad_z = None
+        if grad_entropy is not None:  # -p (log p + H) g, in place of log p
+            entropy = -(p * logp_all).sum(-1, keepdim=True)
+            grad_z = logp_all.add_(entropy).mul_(p).mul_(-grad_entropy[:, None])
+        del logp_all
+        if grad_logp is not None:  # (onehot - p) g, in place of p
+            p.mul_(-grad_logp[:, None]).scatter_add_(1, targets[:, None], grad_logp[:, None].float())
+            grad_z = p if grad_z is None else grad_z.add_(p)
+        if grad_z is None:
+            return None, None, None, None, None
+        grad_logits = grad_z.div_(ctx.temperature).to(matmul_dtype)  # [c, V], in the dtype the matmul ran in
+        grad_h = (grad_logits @ weight.to(matmul_dtype)).to(h.dtype) if ctx.needs_input_grad[0] else None
+        grad_w = (grad_logits.T @ h.to(matmul_dtype)).to(weight.dtype) if ctx.needs_input_grad[2] else None
+        grad_b = grad_logits.sum(0).to(bias.dtype) if bias is not None and ctx.needs_input_grad[3] else None
+        return grad_h, None, grad_w, grad_b, None
 
 
 class ValueModel(nn.Module):
