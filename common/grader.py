@@ -126,6 +126,7 @@ _PLAIN = re.compile(
     rf"|(?P<atom>{_ATOM})|(?P<number>{_NUM})")
 _SEPARATOR = re.compile(r"(?<=\d)(?:,\\!|\\,|,| )(?=\d{3}(?!\d))")  # thousands: 1,000  12 500  12\,500  12,\!500
 _DECIMAL_COMMA = re.compile(r"(?<=\d),(?=\d+$)")
+_EQUALS = re.compile(r"(?<![<>!\\])=(?!=)")  # an equals sign, not <=, >=, !=, ==, \\=
 _RELATION = re.compile(r"<|>|≤|≥|\\[lg]eq?\b|\\neq?\b|\\ne\b")
 # math spans: $$...$$, \[...\], \(...\), $...$ (escaped \$ inside is money, not a delimiter)
 _SPAN = re.compile(r"\$\$(.+?)\$\$|\\\[(.+?)\\\]|\\\((.+?)\\\)|(?<![\\$])\$(?!\$)((?:\\.|[^$\\\n])+?)(?<!\\)\$", re.S)
@@ -179,7 +180,7 @@ def _plain_answer(m: re.Match) -> str:
 
 def _joinable(content: str) -> bool:
     """A value, or `x = value`: what a list of answers is made of ("$x = 1$ or $x = 6$"), unlike `x^2 = 16` or `x > 0`."""
-    sides = re.split(r"(?<![<>!\\])=(?!=)", content)
+    sides = _EQUALS.split(content)
     return not _RELATION.search(content) and (len(sides) == 1 or (len(sides) == 2 and re.fullmatch(r"\s*[a-zA-Z]\s*", sides[0])))
 
 
@@ -187,7 +188,7 @@ def _span_answer(content: str) -> str:
     """The answer a math span states: the last right-hand side of a chain `a = b = c` (or of
     `f(2) = 5`, whose left side is no variable), else the whole span (`x = 5`, `y = 2x + 3`, `x \\ge 2`)."""
     content = _LATEX_THOUSANDS.sub("", content)  # 12\,500 -> 12500 (math-verify reads 12\,500 as 512)
-    sides = re.split(r"(?<![<>!\\])=(?!=)", content)
+    sides = _EQUALS.split(content)
     if len(sides) > 2 or (len(sides) == 2 and not re.fullmatch(r"\s*[a-zA-Z](?:_\{?\w+\}?)?\s*", sides[0])):
         return sides[-1].strip()
     return content
