@@ -36,7 +36,7 @@ from common.model import DEFAULT_MODEL, load_policy, unwrap
 from common.reward import batch_math_reward
 from common.run import (all_gather, check_args, cli, global_sum, latest_checkpoint, load_checkpoint, log_metrics,
                         make_accelerator, make_run_dir, save_checkpoint, seed_everything)
-from common.update import accumulate_gradients, build_optimizer, make_batch, micro_batches, mini_batches
+from common.update import accumulate_gradients, build_optimizer, make_batch, micro_batches, mini_batches, policy_stats
 
 
 @dataclass
@@ -156,7 +156,6 @@ def policy_loss(logprobs, old_logprobs, advantages, mask, args: Args, num_tokens
         stats = {
             "losses/policy_loss": loss.item(),
             "losses/clipfrac": ((pg_clipped > pg_unclipped).float() * mask).sum().item() / num_tokens,
-            "losses/approx_kl": (((ratio - 1) - log_ratio) * mask).sum().item() / num_tokens,
         }
     return loss, stats
 
@@ -296,22 +295,24 @@ def main(args: Args) -> None:
         advantages = compute_advantages(rewards, args.group_size, args.adv_eps)  # [N]
         # ------------------------------------------------------------ 5. old log-probs
         batch = make_batch(prompt_ids, [c.token_ids for c in completions], tokenizer.pad_token_id)  # [N, T], groups recorded
-        # [DAPO 3.4] overlong filtering: truncated samples leave the loss and its token count (they are still forwarded)
+        # [DAPO 3.4] overlong filtering: truncated samples leave the loss and its token count
         truncated = torch.tensor([c.truncated for c in completions], dtype=torch.bool)  # [N]
         batch["loss_mask"] = mask_truncated(batch["response_mask"], truncated) if args.overlong_filter else batch["response_mask"]
         batch["advantages"] = advantages  # [DAPO 3.2] no group kept: an empty batch, no mini-batch, no update this step
+        batch["learns"] = (advantages != 0) & batch["loss_mask"].any(-1)  # [DAPO 3.4] nor a filtered row: zero gradient
         batch = {k: v.to(accelerator.device) for k, v in batch.items()}
         if args.ppo_epochs * args.num_mini_batches > 1:  # fully on-policy: old = current, no extra forward
-            batch["old_logprobs"] = compute_logprobs(model, batch, args.micro_batch_tokens, args.temperature)
+            batch["old_logprobs"] = compute_logprobs(model, batch, args.micro_batch_tokens, args.temperature, skip=~batch["learns"])
         # ------------------------------------------------------------ 6. policy update
         model.train()
         shuffle = torch.Generator().manual_seed(args.seed + step)
         totals, grad_norms = defaultdict(float), []  # each stat: its micro-batch's share of a global mean (summed below)
         for _ in range(args.ppo_epochs):
             for mini in mini_batches(batch, args.num_mini_batches, shuffle):
-                # denominators of the GLOBAL mini-batch (all processes), so any micro-batch split gives the same step
+                # denominators of the GLOBAL mini-batch (all processes, skipped rows too): any split gives the same step
                 num_tokens = global_sum(mini["loss_mask"].sum())  # [DAPO 3.3] token level: the token count only
-                plan = micro_batches(mini, args.micro_batch_tokens)
+                plan = micro_batches(mini, args.micro_batch_tokens, skip=~mini["learns"])  # zero-gradient rows: not computed
+                num_computed = global_sum(sum(mb["loss_mask"].sum() for mb in plan))  # the entropy's and KL's denominator
                 for i, mb in enumerate(plan):
                     with accumulate_gradients(accelerator, model, sync=i == len(plan) - 1):  # all-reduce once, at the end
                         logprobs, entropy = model(mb, args.temperature)  # [B, T]
@@ -319,7 +320,7 @@ def main(args: Args) -> None:
                         loss, mb_stats = policy_loss(logprobs, old_logprobs, mb["advantages"], mb["loss_mask"], args,
                                                      num_tokens=num_tokens)  # [DAPO 3.3]
                         accelerator.backward(loss * accelerator.num_processes)  # DDP averages gradients: undo it
-                    mb_stats["losses/entropy"] = (entropy * mb["loss_mask"]).sum().item() / num_tokens
+                    mb_stats |= policy_stats(logprobs, old_logprobs, entropy, mb["loss_mask"], num_computed)
                     for k, v in mb_stats.items():
                         totals[k] += v
                 grad_norm = accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)  # None under DeepSpeed

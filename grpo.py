@@ -30,7 +30,7 @@ from common.model import DEFAULT_MODEL, load_policy, unwrap
 from common.reward import batch_math_reward
 from common.run import (all_gather, check_args, cli, global_sum, latest_checkpoint, load_checkpoint, log_metrics,
                         make_accelerator, make_run_dir, save_checkpoint, seed_everything)
-from common.update import accumulate_gradients, build_optimizer, make_batch, micro_batches, mini_batches
+from common.update import accumulate_gradients, build_optimizer, make_batch, micro_batches, mini_batches, policy_stats
 
 
 @dataclass
@@ -149,7 +149,6 @@ def policy_loss(logprobs, old_logprobs, advantages, mask, args: Args, ref_logpro
         stats = {
             "losses/policy_loss": pg_loss.item(),
             "losses/clipfrac": ((pg_clipped > pg_unclipped).float() * weights).sum().item(),
-            "losses/approx_kl": (((ratio - 1) - log_ratio) * weights).sum().item(),
         }
         if ref_logprobs is not None:
             stats["losses/kl"] = kl.item()
@@ -221,9 +220,10 @@ def main(args: Args) -> None:
         batch = make_batch(prompt_ids, [c.token_ids for c in completions], tokenizer.pad_token_id)  # [N, T], groups recorded
         batch["loss_mask"] = batch["response_mask"]  # [N, T] the tokens the loss sees: every response token
         batch["advantages"] = advantages
+        batch["learns"] = (advantages != 0) | (args.beta > 0)  # rows with a gradient: advantage 0 has none but for the KL
         batch = {k: v.to(accelerator.device) for k, v in batch.items()}
         if args.ppo_epochs * args.num_mini_batches > 1:  # fully on-policy: old = current, no extra forward
-            batch["old_logprobs"] = compute_logprobs(model, batch, args.micro_batch_tokens, args.temperature)
+            batch["old_logprobs"] = compute_logprobs(model, batch, args.micro_batch_tokens, args.temperature, skip=~batch["learns"])
         if ref_model is not None:  # [GRPO, Eq. 4] the reference's log-probs, under the policy's autocast
             with accelerator.autocast():
                 batch["ref_logprobs"] = compute_logprobs(ref_model, batch, args.micro_batch_tokens, args.temperature)
@@ -233,9 +233,10 @@ def main(args: Args) -> None:
         totals, grad_norms = defaultdict(float), []  # each stat: its micro-batch's share of a global mean (summed below)
         for _ in range(args.ppo_epochs):
             for mini in mini_batches(batch, args.num_mini_batches, shuffle):
-                # denominators of the GLOBAL mini-batch (all processes), so any micro-batch split gives the same step
+                # denominators of the GLOBAL mini-batch (all processes, skipped rows too): any split gives the same step
                 num_tokens, num_seqs = global_sum(mini["loss_mask"].sum()), global_sum(len(mini["loss_mask"]))
-                plan = micro_batches(mini, args.micro_batch_tokens)
+                plan = micro_batches(mini, args.micro_batch_tokens, skip=~mini["learns"])  # zero-gradient rows: not computed
+                num_computed = global_sum(sum(mb["loss_mask"].sum() for mb in plan))  # the entropy's and KL's denominator
                 for i, mb in enumerate(plan):
                     with accumulate_gradients(accelerator, model, sync=i == len(plan) - 1):  # all-reduce once, at the end
                         logprobs, entropy = model(mb, args.temperature)  # [B, T]
@@ -243,7 +244,7 @@ def main(args: Args) -> None:
                         loss, mb_stats = policy_loss(logprobs, old_logprobs, mb["advantages"], mb["loss_mask"], args,
                                                      ref_logprobs=mb.get("ref_logprobs"), num_seqs=num_seqs)  # [GRPO, Eq. 3]
                         accelerator.backward(loss * accelerator.num_processes)  # DDP averages gradients: undo it
-                    mb_stats["losses/entropy"] = (entropy * mb["loss_mask"]).sum().item() / num_tokens
+                    mb_stats |= policy_stats(logprobs, old_logprobs, entropy, mb["loss_mask"], num_computed)
                     for k, v in mb_stats.items():
                         totals[k] += v
                 grad_norm = accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)  # None under DeepSpeed

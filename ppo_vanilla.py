@@ -32,7 +32,7 @@ from common.model import DEFAULT_MODEL, load_policy, unwrap
 from common.reward import batch_math_reward
 from common.run import (all_gather, check_args, cli, global_sum, latest_checkpoint, load_checkpoint, log_metrics,
                         make_accelerator, make_run_dir, save_checkpoint, seed_everything)
-from common.update import accumulate_gradients, build_optimizer, make_batch, micro_batches, mini_batches
+from common.update import accumulate_gradients, build_optimizer, make_batch, micro_batches, mini_batches, policy_stats
 
 
 @dataclass
@@ -189,7 +189,6 @@ def policy_loss(logprobs, old_logprobs, advantages, mask, args: Args, num_tokens
         stats = {
             "losses/policy_loss": loss.item(),
             "losses/clipfrac": ((pg_clipped > pg_unclipped).float() * mask).sum().item() / float(num_tokens),
-            "losses/approx_kl": (((ratio - 1) - log_ratio) * mask).sum().item() / float(num_tokens),
         }
     return loss, stats
 
@@ -304,6 +303,7 @@ def main(args: Args) -> None:
                 # denominators of the GLOBAL mini-batch (all processes), so any micro-batch split gives the same step
                 num_tokens = global_sum(mini["loss_mask"].sum())  # [Lite PPO, Sec. 4.2] token level: the token count only
                 plan = micro_batches(mini, args.micro_batch_tokens)
+                num_computed = num_tokens  # [PPO] every row is computed: its critic learns from all
                 for i, mb in enumerate(plan):
                     with accumulate_gradients(accelerator, model, sync=i == len(plan) - 1):  # all-reduce once, at the end
                         logprobs, entropy = model(mb, args.temperature)  # [B, T]
@@ -318,7 +318,7 @@ def main(args: Args) -> None:
                         accelerator.backward(v_loss * accelerator.num_processes)
                     v_clipped = ((values - mb["old_values"]).abs() > args.value_clip).float() * mb["loss_mask"]
                     mb_stats |= {"losses/value_loss": v_loss.item(), "losses/value_clipfrac": v_clipped.sum().item() / num_tokens}
-                    mb_stats["losses/entropy"] = (entropy * mb["loss_mask"]).sum().item() / num_tokens
+                    mb_stats |= policy_stats(logprobs, old_logprobs, entropy, mb["loss_mask"], num_computed)
                     for k, v in mb_stats.items():
                         totals[k] += v
                 grad_norm = accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)  # None under DeepSpeed

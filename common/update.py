@@ -5,6 +5,7 @@ Batch layout: a dict of tensors, one row per sample (prompt + completion, right-
     input_ids       [N, T]  prompt tokens then completion tokens then padding
     attention_mask  [N, T]  1 on prompt and completion tokens
     response_mask   [N, T]  1 on completion tokens only (the tokens whose log-probs are computed)
+    loss_mask       [N, T]  the tokens the loss sees (the script sets it: the response, or less)
     prompt_lens     [N]     where each row's completion starts
     group           [N]     the row's prompt: rows i and j share their prompt iff group[i] == group[j]
     ...             [N, T] or [N]  what the script adds (old_logprobs, advantages, a loss mask, ...)
@@ -23,10 +24,12 @@ import math
 from contextlib import contextmanager, nullcontext
 
 import torch
+from accelerate import PartialState
 from accelerate.utils import DistributedType
 from torch import nn
 
 from common.errors import BadSpec
+from common.run import all_gather
 
 
 def make_batch(prompt_ids: list[list[int]], completion_ids: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
@@ -67,16 +70,33 @@ def mini_batches(batch: dict[str, torch.Tensor], num_mini_batches: int, generato
     return [{k: v[idx] for k, v in batch.items()} for idx in perm.chunk(num_mini_batches)] if n else []
 
 
-def micro_batches(batch: dict[str, torch.Tensor], token_budget: int) -> list[dict[str, torch.Tensor]]:
+def micro_batches(batch: dict[str, torch.Tensor], token_budget: int, skip: torch.Tensor | None = None) -> list[dict[str, torch.Tensor]]:
     """The batch in micro-batches of at most `token_budget` padded tokens, each holding "rows": its row indices.
 
     Rows sorted by length pad to similar lengths (little waste); a single row longer than the budget still gets
     a micro-batch of its own. A second split keeps each prompt's rows together, longest group first, so that the
     shared-prompt forward (common/heads.py) runs the prompt once for all of them; the split that computes fewer
     tokens is used. What goes where never changes the update, only its speed and memory.
+
+    skip [N] bool: rows left out, because their gradient is exactly zero (the script decides which). The loss's
+    denominators are the caller's, over every row, so leaving them out changes nothing but the work. A process
+    left with no row still gets one micro-batch, its shortest row with an empty "loss_mask": its backward adds
+    zero and joins the gradient all-reduce, which every process must enter. DeepSpeed reduces gradients in
+    every backward, not only at the step, so there every process gets as many micro-batches as the one with the
+    most (padded with such empty ones).
     """
-    idx = micro_batch_rows(batch["attention_mask"].sum(-1), token_budget, batch["prompt_lens"], batch["group"])
-    return [select(batch, rows) | {"rows": rows} for rows in idx]
+    keep = torch.arange(len(batch["input_ids"])) if skip is None else (~skip).nonzero().flatten()
+    lengths = batch["attention_mask"].sum(-1)
+    plan = [keep[rows] for rows in micro_batch_rows(lengths[keep], token_budget, batch["prompt_lens"][keep], batch["group"][keep])]
+    count = len(plan)
+    if PartialState().distributed_type == DistributedType.DEEPSPEED:
+        count = int(all_gather(torch.tensor([count])).max())
+    plan = [select(batch, rows) | {"rows": rows} for rows in plan]
+    if len(lengths) and len(plan) < max(count, 1):  # placeholders: a zero-gradient backward, so the all-reduce meets
+        empty = select(batch, lengths.argmin()[None]) | {"rows": lengths.argmin()[None]}
+        empty["loss_mask"] = torch.zeros_like(empty["loss_mask"])
+        plan += [empty] * (max(count, 1) - len(plan))
+    return plan
 
 
 def micro_batch_rows(lengths: torch.Tensor, token_budget: int, prompt_lens: torch.Tensor | None = None,
@@ -118,6 +138,20 @@ def accumulate_gradients(accelerator, model: nn.Module, sync: bool):
         accelerator.sync_gradients = sync  # DeepSpeed reduces (and steps) inside backward, at the boundary only
     with nullcontext() if sync else accelerator.no_sync(model):
         yield
+
+
+@torch.no_grad()
+def policy_stats(logprobs: torch.Tensor, old_logprobs: torch.Tensor, entropy: torch.Tensor, mask: torch.Tensor,
+                 num_tokens: float) -> dict[str, float]:
+    """This micro-batch's share of two token means over the tokens the update computes (`num_tokens`: their global
+    count): the policy's entropy, and the k3 estimate of KL(old policy || new policy). Rows the loop skips are not
+    in them (nan when every row was skipped); the loss's own stats (policy_loss, clipfrac) cover every row."""
+    mask = mask.float()
+    log_ratio = logprobs - old_logprobs
+    kl = (torch.exp(log_ratio) - 1) - log_ratio
+    if not num_tokens:
+        return {"losses/entropy": float("nan"), "losses/approx_kl": float("nan")}
+    return {"losses/entropy": (entropy * mask).sum().item() / num_tokens, "losses/approx_kl": (kl * mask).sum().item() / num_tokens}
 
 
 def build_optimizer(model: nn.Module, lr: float, weight_decay: float, warmup_steps: int, total_steps: int, schedule: str):

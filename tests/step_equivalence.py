@@ -1,6 +1,6 @@
 """One training step of a script's own main(), on a fixed rollout; run alone or under `torchrun --nproc_per_node 2`.
 
-    python tests/step_equivalence.py ALGO MODEL_DIR OUT_DIR [--micro-batch-tokens N ...]
+    python tests/step_equivalence.py ALGO MODEL_DIR OUT_DIR [--micro-batch-tokens N ...] [--rewards MODE] [--no-skip]
     torchrun --nproc_per_node 2 tests/step_equivalence.py ALGO MODEL_DIR OUT_DIR
 
 What runs is the script's main() itself (setup, rollout, reward, advantages, old/ref log-probs, its update loop,
@@ -10,7 +10,9 @@ lr 1, so the update IS the (clipped) gradient (Adam's first step, g / (|g| + eps
 in near-zero gradient entries into lr-sized differences). Two PPO epochs: the second runs off-policy, so ratios
 move, clipping and the KL term act. The weights come back from the checkpoint the script writes (its `state/`:
 the policy, and the critic for ppo_vanilla.py); each process also records its world size and its share of the
-rollout in OUT_DIR/rank{r}.json.
+rollout in OUT_DIR/rank{r}.json: the training rollout's rewards and truncation flags, and the rows each
+training forward (with grad) saw. Two harness flags: --rewards half|last|mixed (which groups are all wrong,
+fixed_rewards), and --no-skip, which makes the update loop compute every row (micro_batches without `skip`).
 """
 
 import importlib
@@ -36,14 +38,15 @@ class FixedEngine:
     def __init__(self, tokenizer, out_dir: Path):
         self.eos, self.vocab = tokenizer.eos_token_id, len(tokenizer)
         rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
-        self.record = {"rank": rank, "world_size": torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1,
-                       "prompts": 0}
+        self.rank, self.world = rank, torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+        self.record = {"rank": rank, "world_size": self.world, "prompts": 0, "truncated": [], "rows_trained": []}
         self.path = out_dir / f"rank{rank}.json"
 
     def generate(self, prompt_ids, n, sampling):
         completions = []
-        for prompt in prompt_ids:
+        for j, prompt in enumerate(prompt_ids):
             key = zlib.crc32(bytes(str(prompt), "utf-8"))
+            position = self.rank * len(prompt_ids) + j  # the prompt's place in the global batch (processes split it in order)
             for i in range(n):
                 g = torch.Generator().manual_seed(key * 100 + i)
                 length = int(torch.randint(2, MAX_NEW_TOKENS + 1, (1,), generator=g))
@@ -51,11 +54,15 @@ class FixedEngine:
                 truncated = length == MAX_NEW_TOKENS
                 if not truncated:
                     tokens[-1] = self.eos
-                completions.append(Completion(tokens, f"{key} {i}", truncated, None))
+                completions.append(Completion(tokens, f"{key} {i} {position} {len(prompt_ids) * self.world}", truncated, None))
         if sampling.temperature > 0:  # a training rollout, not an eval
             self.record["prompts"] += len(prompt_ids)
-            self.path.write_text(json.dumps(self.record))
+            self.record["truncated"] += [c.truncated for c in completions]
+            self.save()
         return completions
+
+    def save(self):
+        self.path.write_text(json.dumps(self.record))
 
     def sync_weights(self, model):
         pass
@@ -70,15 +77,18 @@ class FixedEngine:
         pass
 
 
-def fixed_rewards(mixed_only: bool):
-    """Reward of the text "<prompt key> <sample index>": groups of mixed outcomes, and (unless mixed_only, for
-    DAPO's dynamic sampling, which would keep different groups per world size) all-wrong groups for half of the
-    prompts, whose samples then have advantage 0."""
+def fixed_rewards(mode: str, record: dict):
+    """Reward of the text "<prompt key> <sample index> <position> <prompts>", by `mode`: every group of mixed
+    outcomes ("mixed", for DAPO's dynamic sampling, which would keep different groups per world size), or besides
+    those all-wrong groups, whose samples have advantage 0: the prompts whose key is odd ("half"), or the last half
+    of the global batch ("last": all of the second process's prompts in a 2-process run). Recorded in `record`."""
     def reward(texts, answers):
         out = []
         for text in texts:
-            key, i = map(int, text.split())
-            out.append(0.0 if (not mixed_only and key % 2) else float((key + i) % 3 == 0))
+            key, i, position, prompts = map(int, text.split())
+            wrong = (mode == "half" and key % 2) or (mode == "last" and position >= prompts // 2)
+            out.append(0.0 if wrong else float((key + i) % 3 == 0))
+        record.setdefault("rewards", []).extend(out)
         return out
     return reward
 
@@ -94,6 +104,11 @@ def run_step(algo: str, model_dir: str, out_dir: str, *flags: str) -> tuple[dict
     from safetensors.torch import load_file
 
     script = importlib.import_module(algo)
+    flags = list(flags)
+    rewards = flags.pop(flags.index("--rewards") + 1) if "--rewards" in flags else "mixed" if algo == "dapo" else "half"
+    flags = [f for f in flags if f != "--rewards"]
+    skip = "--no-skip" not in flags
+    flags = [f for f in flags if f != "--no-skip"]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     argv = ["--model", model_dir, "--backend", "hf", "--dataset", "arithmetic:digits=1", "--total-steps", "1",
@@ -102,11 +117,29 @@ def run_step(algo: str, model_dir: str, out_dir: str, *flags: str) -> tuple[dict
     if algo == "dapo":
         argv += ["--overlong-filter"]
     args = tyro.cli(script.Args, args=argv)
+    engine = {}
+    forward = script.LogprobModel.forward
+
+    def counted_forward(self, batch, *a, **k):  # the rows of each training forward, the ones that backpropagate
+        if torch.is_grad_enabled() and self.training:
+            engine["engine"].record["rows_trained"].append(len(batch["input_ids"]))
+        return forward(self, batch, *a, **k)
+
+    def make_engine(*a, tokenizer, **k):
+        engine["engine"] = FixedEngine(tokenizer, out)
+        return engine["engine"]
+
+    split = script.micro_batches
     with ExitStack() as stack:
-        stack.enter_context(mock.patch.object(script, "make_engine", lambda *a, tokenizer, **k: FixedEngine(tokenizer, out)))
-        stack.enter_context(mock.patch.object(script, "batch_math_reward", fixed_rewards(mixed_only=algo == "dapo")))
+        stack.enter_context(mock.patch.object(script, "make_engine", make_engine))
+        stack.enter_context(mock.patch.object(script, "batch_math_reward", fixed_rewards(rewards, engine)))
         stack.enter_context(mock.patch.object(script, "build_optimizer", sgd))
+        stack.enter_context(mock.patch.object(script.LogprobModel, "forward", counted_forward))
+        if not skip:
+            stack.enter_context(mock.patch.object(script, "micro_batches", lambda batch, budget, skip=None: split(batch, budget)))
         script.main(args)
+    engine["engine"].record["rewards"] = engine.pop("rewards", [])[-len(engine["engine"].record["truncated"]):]
+    engine["engine"].save()
     state = max((out / "run" / "checkpoints").glob("step-*"), key=lambda p: int(p.name[5:])) / "state"
     params = {f"{f.stem}.{k}": v for f in sorted(state.glob("model*.safetensors")) for k, v in load_file(f).items()}
     world = json.loads((out / "rank0.json").read_text())["world_size"]

@@ -2,6 +2,7 @@
 micro-batched and on 2 processes."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -134,6 +135,29 @@ def test_micro_batches_respect_budget_and_cover_every_row_once():
         assert mb["input_ids"].shape[1] == batch["attention_mask"][mb["rows"]].sum(-1).max()
 
 
+def test_micro_batches_leave_skipped_rows_out_and_a_process_with_none_left_still_runs_one(monkeypatch):
+    from accelerate.utils import DistributedType
+
+    import common.update
+
+    batch = make_batch(PROMPTS, COMPLETIONS, pad_id=0)
+    batch["loss_mask"] = batch["response_mask"].clone()
+    skip = torch.tensor([True, False, True, True, False, False, True, True])
+    mbs = micro_batches(batch, token_budget=20, skip=skip)
+    assert sorted(torch.cat([mb["rows"] for mb in mbs]).tolist()) == [1, 4, 5]
+    assert all(torch.equal(mb["loss_mask"], batch["loss_mask"][mb["rows"], : mb["loss_mask"].shape[1]]) for mb in mbs)
+    # nothing left: the shortest row, its loss mask emptied (a zero-gradient backward that enters the all-reduce)
+    (empty,) = micro_batches(batch, token_budget=20, skip=torch.ones(8, dtype=torch.bool))
+    shortest = int(batch["attention_mask"].sum(-1).argmin())
+    assert empty["rows"].tolist() == [shortest] and empty["loss_mask"].sum() == 0 and empty["response_mask"].sum() > 0
+    # DeepSpeed reduces in every backward: as many micro-batches as the process with the most (here, another has 5)
+    monkeypatch.setattr(common.update, "PartialState", lambda: type("S", (), {"distributed_type": DistributedType.DEEPSPEED}))
+    monkeypatch.setattr(common.update, "all_gather", lambda x: torch.cat([x, torch.tensor([5])]))
+    padded = micro_batches(batch, token_budget=20, skip=skip)
+    assert len(padded) == 5 and [mb["rows"].tolist() for mb in padded[: len(mbs)]] == [mb["rows"].tolist() for mb in mbs]
+    assert all(mb["loss_mask"].sum() == 0 for mb in padded[len(mbs):])
+
+
 def test_micro_batches_keep_a_prompts_rows_together_when_that_computes_less():
     # 3 prompts x 2 samples; long prompts (20 tokens), short completions: by length would mix the groups
     starts = torch.tensor([20, 20, 20, 20, 20, 20])
@@ -184,13 +208,13 @@ def test_warmup_then_cosine_schedule():
         build_optimizer(model, 1.0, 0.0, 0, 1, "linear")
 
 
-def two_process_step(algo: str, model_dir: str, out: Path) -> tuple[dict, int, list[dict]]:
+def two_process_step(algo: str, model_dir: str, out: Path, *flags: str) -> tuple[dict, int, list[dict]]:
     """The same step under torchrun with 2 real (gloo) processes."""
     from safetensors.torch import load_file
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(29500 + os.getpid() % 1000),
-           str(ROOT / "tests" / "step_equivalence.py"), algo, model_dir, str(out)]
+           str(ROOT / "tests" / "step_equivalence.py"), algo, model_dir, str(out), *flags]
     subprocess.run(cmd, check=True, env=env, cwd=ROOT, timeout=300)
     state = out / "run" / "checkpoints" / "step-1" / "state"
     params = {f"{f.stem}.{k}": v for f in sorted(state.glob("model*.safetensors")) for k, v in load_file(f).items()}
@@ -219,6 +243,78 @@ def test_each_scripts_update_is_the_same_whole_micro_batched_and_on_two_processe
     assert set(micro) == set(whole) == set(two)
     for k in whole:
         torch.testing.assert_close(micro[k], whole[k], atol=1e-5, rtol=0)
+        torch.testing.assert_close(two[k], whole[k], atol=1e-5, rtol=0)
+
+
+def learning_rows(record: dict, algo: str, group_size: int = 4) -> int:
+    """Rows of a recorded rollout whose gradient is not zero, counted from the rewards themselves: a group with
+    mixed rewards (a uniform group's advantages are all 0), and for DAPO's overlong filter a finished sample."""
+    rewards = torch.tensor(record["rewards"]).view(-1, group_size)
+    mixed = (rewards != rewards[:, :1]).any(1).repeat_interleave(group_size)
+    if algo == "dapo":
+        mixed &= ~torch.tensor(record["truncated"])
+    return int(mixed.sum())
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("algo, flags", [("lite_ppo", []), ("grpo", ["--beta", "0"]), ("dapo", [])])
+def test_zero_gradient_rows_are_not_computed_and_the_update_is_unchanged(algo, flags, tiny_model_path, tmp_path):
+    # the same step computing every row (--no-skip), skipping the rows of zero gradient, and skipping micro-batched:
+    # the same weights, while the training forwards saw only the rows with signal, in each of the two epochs
+    full, _ = run_step(algo, tiny_model_path, str(tmp_path / "full"), *flags, "--no-skip")
+    skipped, _ = run_step(algo, tiny_model_path, str(tmp_path / "skip"), *flags)
+    micro, _ = run_step(algo, tiny_model_path, str(tmp_path / "micro"), *flags, "--micro-batch-tokens", "40")
+    records = {name: json.loads((tmp_path / name / "rank0.json").read_text()) for name in ("full", "skip", "micro")}
+    learning = learning_rows(records["skip"], algo)
+    assert 0 < learning < len(records["skip"]["rewards"])  # something to skip, something to learn
+    assert records["full"]["rows_trained"] == [len(records["full"]["rewards"])] * 2
+    assert records["skip"]["rows_trained"] == [learning] * 2
+    assert sum(records["micro"]["rows_trained"]) == 2 * learning and len(records["micro"]["rows_trained"]) > 2
+    for k in full:
+        torch.testing.assert_close(skipped[k], full[k], atol=1e-6, rtol=0)
+        torch.testing.assert_close(micro[k], full[k], atol=1e-5, rtol=0)
+    # the loss's stats are over every row (a zero-advantage token adds 0 and is never clipped): unchanged; the
+    # policy's entropy and KL are over the rows computed: the same with and without micro-batches
+    logged = {name: train_metrics(tmp_path / name) for name in ("full", "skip", "micro")}
+    for k in ("losses/policy_loss", "losses/clipfrac", "losses/grad_norm"):
+        assert logged["skip"][k] == pytest.approx(logged["full"][k], rel=1e-5, abs=1e-7)
+    for k in ("losses/entropy", "losses/approx_kl"):
+        assert logged["micro"][k] == pytest.approx(logged["skip"][k], rel=1e-5, abs=1e-7)
+    # DAPO skips the overlong-filtered rows only, which have no token in the loss: the same tokens either way
+    same = pytest.approx(logged["full"]["losses/entropy"], rel=1e-5)
+    assert (logged["skip"]["losses/entropy"] == same) == (algo == "dapo")
+
+
+def train_metrics(out: Path) -> dict:
+    """The training step's line of a run's metrics.jsonl (the one with losses)."""
+    lines = [json.loads(line) for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
+    return next(line for line in lines if "losses/policy_loss" in line)
+
+
+def test_policy_stats_are_token_means_over_the_tokens_computed():
+    from common.update import policy_stats
+
+    logprobs = torch.log(torch.tensor([[0.5, 0.25, 0.1]]))
+    old = torch.log(torch.tensor([[0.5, 0.5, 0.1]]))
+    entropy, mask = torch.tensor([[1.0, 2.0, 7.0]]), torch.tensor([[1, 1, 0]])
+    # by hand: ratio 1 and 0.5 on the two masked-in tokens; k3 = (r - 1) - log r = 0 and -0.5 + log 2
+    stats = policy_stats(logprobs, old, entropy, mask, num_tokens=4)
+    assert stats["losses/entropy"] == pytest.approx((1.0 + 2.0) / 4)
+    assert stats["losses/approx_kl"] == pytest.approx((-0.5 + math.log(2)) / 4)
+    assert all(v != v for v in policy_stats(logprobs, old, entropy, mask, num_tokens=0).values())  # nothing computed: nan
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("algo, flags", [("lite_ppo", []), ("grpo", ["--beta", "0"])])
+def test_a_process_with_no_row_to_learn_still_joins_the_all_reduce(algo, flags, tiny_model_path, tmp_path):
+    # every prompt of the second process has an all-wrong group: it computes one placeholder row with an empty loss
+    # mask per optimizer step, enters the all-reduce with zero gradient, and the step equals one process computing all
+    whole, _ = run_step(algo, tiny_model_path, str(tmp_path / "whole"), *flags, "--rewards", "last", "--no-skip")
+    two, world, ranks = two_process_step(algo, tiny_model_path, tmp_path / "two", *flags, "--rewards", "last")
+    assert world == 2 and learning_rows(ranks[1], algo) == 0 < learning_rows(ranks[0], algo)
+    assert ranks[1]["rows_trained"] == [1, 1]  # the placeholder, once per epoch
+    assert ranks[0]["rows_trained"] == [learning_rows(ranks[0], algo)] * 2
+    for k in whole:
         torch.testing.assert_close(two[k], whole[k], atol=1e-5, rtol=0)
 
 
