@@ -69,8 +69,9 @@ What differs:
     every position of the [P*G, prompt + completion] batch, prompt and padding included, then masks.
   - TRL shuffles the generation batch before the step (no effect with one mini-batch) and logs a few
     extra gathered metrics; both compute the entropy of the loss forward as a metric.
-  - tiny: a random model almost never answers right, so advantages (and gradients) are ~0 on both
-    sides; the work (forward, backward, optimizer step) is the same as with real rewards.
+  - Rows of zero advantage (groups all right or all wrong): ours does not compute them (their gradient is
+    exactly 0, the step is the same; column `rows computed`), TRL computes every row. tiny: a random model
+    almost never answers right, so ours computes one placeholder row a step there and TRL all of them.
   - With vLLM, ours keeps a second copy of the weights and a 1 GiB KV cache (common.generation's CPU
     default), which shows in peak RSS; ours (hf) and TRL hold one copy.
 
@@ -87,6 +88,9 @@ Measured per step:
     sync         ours: time/sync (weights into vLLM; 0 with hf); TRL: none (generates on the trained model)
     tok/s        completion tokens (EOS included) of the measured steps / their summed wall time; ours:
                  rollout/response_len_mean x P*G, TRL: counted in the reward function from completion_ids
+    rows computed  ours: the median share of the P*G rows the update forwarded and backpropagated
+    update s / 1k padded tokens  ours: time/training per 1,000 padded tokens of the micro-batches it computed,
+                 the update's speed with the amount of work divided out (vllm vs hf rows: see below)
     whole run s  the run after its imports: model load, vLLM engine start, evaluations, all steps
     peak RSS     ru_maxrss of the run's main process at its end (getrusage RUSAGE_SELF): the whole run,
                  start-up and the two 1-problem evaluations included (vLLM runs in that process: its
@@ -200,8 +204,14 @@ def run_ours(spec: dict) -> dict:
     import common.reward
 
     module = importlib.import_module(spec["algo"])
-    split, counts = module.micro_batches, []  # the update loop's plan, counted
-    module.micro_batches = lambda *a, **k: counts.append(len(out := split(*a, **k))) or out
+    split, plans = module.micro_batches, []  # the update loop's plan per step: micro-batches, rows, padded tokens
+
+    def counted(*a, **k):
+        plan = split(*a, **k)
+        plans.append((len(plan), sum(len(mb["rows"]) for mb in plan), sum(mb["input_ids"].numel() for mb in plan)))
+        return plan
+
+    module.micro_batches = counted
     module.save_checkpoint = lambda *a, **k: None  # no checkpoint after the last step (TRL saves none)
     make_engine, engines = module.make_engine, []
     module.make_engine = lambda *a, **k: engines.append(make_engine(*a, **k)) or engines[-1]
@@ -221,10 +231,11 @@ def run_ours(spec: dict) -> dict:
     steps = [{"generation": m["time/generation"], "reward": m["time/reward"], "update": m["time/training"],
               "sync": m["time/sync"], "tokens": round(m["rollout/response_len_mean"] * spec["P"] * spec["G"])}
              for m in metrics]
-    for s in steps:
+    for s, (_, rows, padded) in zip(steps, plans):
         s["total"] = s["generation"] + s["reward"] + s["update"] + s["sync"]
+        s["rows"], s["padded"] = rows / (spec["P"] * spec["G"]), padded
     return {"steps": steps, "engine": type(engines[0]).__name__, "same_prompts": True, "workers_gib": workers,
-            "micro_batches": max(counts)}
+            "micro_batches": max(n for n, _, _ in plans)}
 
 
 def run_trl(spec: dict) -> dict:
@@ -353,6 +364,9 @@ def summarize(result: dict) -> dict:
     measured = result["steps"][1:]  # the first step is the warm-up
     med = {k: statistics.median(s[k] for s in measured) for k in ("total", "generation", "update", "sync", "reward")}
     tokens = sum(s["tokens"] for s in measured)
+    if all("rows" in s for s in measured):  # ours: the rows the update computed, and its time per padded token
+        med |= {"rows": statistics.median(s["rows"] for s in measured),
+                "update_per_ktok": 1000 * sum(s["update"] for s in measured) / sum(s["padded"] for s in measured)}
     return med | {"tok_s": tokens / sum(s["total"] for s in measured), "tokens": tokens / len(measured),
                   "min": min(s["total"] for s in measured), "max": max(s["total"] for s in measured)}
 
@@ -363,8 +377,8 @@ def table(case: str, rows: list[tuple[str, str, dict]], settings: list[str]) -> 
              "; ".join(settings), "",
              "| script | run | engine | micro-batches | s/step (min-max) | tok/step | tok/s | generation s "
              "| logp+bwd+opt s | sync s | reward s | peak RSS GiB | reward workers GiB | whole run s "
-             "| same prompts, 1 generation/step | tok/s vs TRL | peak RSS vs TRL |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+             "| same prompts, 1 generation/step | tok/s vs TRL | peak RSS vs TRL | rows computed | update s / 1k padded tokens |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
     for algo, side, r in rows:
         trl = next((x for a, s, x in rows if a == algo and s == "trl"), None)
         m = summarize(r)
@@ -373,11 +387,12 @@ def table(case: str, rows: list[tuple[str, str, dict]], settings: list[str]) -> 
             vs = (f"{m['tok_s'] / summarize(trl)['tok_s']:.2f}x", f"{r['peak_gib'] / trl['peak_gib']:.2f}x")
         label = f"TRL {'/'.join(TRL_LOSS[algo])}" if side == "trl" else SIDES[side]
         same_work = "yes" if r["same_prompts"] and r.get("one_generation_per_step", True) else "NO"
+        computed, per_ktok = (f"{m['rows']:.0%}", f"{m['update_per_ktok']:.3f}") if "rows" in m else ("all", "—")
         lines.append(f"| {algo} | {label} | {r['engine']} | {r['micro_batches']} "
                      f"| {m['total']:.2f} ({m['min']:.2f}-{m['max']:.2f}) | {m['tokens']:.0f} | {m['tok_s']:.1f} "
                      f"| {m['generation']:.2f} | {m['update']:.2f} "
                      f"| {m['sync']:.2f} | {m['reward']:.3f} | {r['peak_gib']:.2f} | {r['workers_gib']:.2f} "
-                     f"| {r['wall']:.0f} | {same_work} | {vs[0]} | {vs[1]} |")
+                     f"| {r['wall']:.0f} | {same_work} | {vs[0]} | {vs[1]} | {computed} | {per_ktok} |")
     threads = ", ".join(sorted({str(r["threads_end"]) for _, _, r in rows}))
     lines += ["", f"Torch threads at the end of the runs: {threads}. Peak RSS: the run's main process; "
               "reward workers: summed peak RSS of batch_math_reward's worker processes (none for TRL: "
