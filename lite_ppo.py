@@ -6,6 +6,11 @@ arXiv 2508.08221). Parent: grpo.py. The tricks, relative to GRPO:
   2. token-level loss aggregation                    (every response token weighs the same, Sec. 4.2)
 and, as in the paper's Lite PPO, no KL term.
 
+Every technique the paper studies on top of this loss is a switch (defaults: Lite PPO), each acting in one marked line:
+  --adv-mean-level group|batch, --adv-std-level batch|group|none   (Sec. 4.1, Eq. 5-7)
+  --loss-agg token|seq   (Sec. 4.2)   --clip-eps-high   (Eq. 8)   --overlong-filter   (Sec. 4)
+  --wrong-reward -1   (the -1/1 rewards of Sec. 4.1)
+
 Usage:
     python lite_ppo.py                                   # embedded default: SmolLM2-135M, arithmetic, CPU
     accelerate launch lite_ppo.py --model Qwen/Qwen3-4B-Base --dataset math --template plain
@@ -101,6 +106,19 @@ class Args:
     """PPO clip range: ratio clipped to [1 - clip_eps, 1 + clip_eps]"""
     adv_eps: float = 1e-6
     """added to the std in the advantage denominator"""
+    # [Lite PPO, Sec. 4] the paper's techniques, one switch each (defaults: Lite PPO)
+    adv_mean_level: Literal["group", "batch"] = "group"
+    """advantage baseline: the mean reward of the sample's group, or of the whole global batch (Sec. 4.1)"""
+    adv_std_level: Literal["batch", "group", "none"] = "batch"
+    """advantage scale: 1 / the std of the global batch's rewards, of the group's, or none (Sec. 4.1)"""
+    loss_agg: Literal["token", "seq"] = "token"
+    """token: every response token of the batch weighs the same; seq: each sequence's token mean, averaged (Sec. 4.2)"""
+    clip_eps_high: float | None = None
+    """clip-higher: the ratio's upper bound 1 + clip_eps_high (default: clip_eps; the paper tries 0.24-0.32, Eq. 8)"""
+    overlong_filter: bool = False
+    """mask truncated responses out of the loss; their rewards still count in the advantages (Sec. 4)"""
+    wrong_reward: float = 0.0
+    """reward of a wrong answer (a right one: 1); -1 gives the paper's -1/1 rewards (Sec. 4.1)"""
     # eval and checkpoints
     eval_every: int = 8
     """evaluate on the held-out set every N steps (and before the first and after the last)"""
@@ -110,35 +128,45 @@ class Args:
     """checkpoints kept (the newest)"""
 
 
-def compute_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
-    """[Lite PPO, Sec. 4.1] group-level mean, batch-level std; groups contiguous in `rewards` [N]."""
+def compute_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6, mean_level: str = "group",
+                       std_level: str = "batch") -> torch.Tensor:
+    """(reward - mean) / (std + eps), each statistic over the sample's group or the global batch; groups contiguous
+    in `rewards` [N]. Lite PPO (Sec. 4.1): group mean, batch std; std_level "none": reward - mean (Eq. 7)."""
     grouped = rewards.view(-1, group_size)  # [P, G]
-    centered = grouped - grouped.mean(dim=1, keepdim=True)
-    # the std of every reward of the global batch, gathered over processes (unbiased, as torch.std);
-    # a group whose rewards are all equal gets 0, never NaN
-    std = all_gather(rewards).std()
-    return (centered / (std + eps)).flatten()
+    every = all_gather(rewards)  # the rewards of the global batch, gathered over processes
+    # [Lite PPO, Sec. 4.1] the baseline: the group's mean (Eq. 5, 7, Lite PPO) or the batch's (Eq. 6)
+    mean = grouped.mean(dim=1, keepdim=True) if mean_level == "group" else every.mean()
+    if std_level == "none":  # [Lite PPO, Sec. 4.1, Eq. 7] no scaling
+        return (grouped - mean).flatten()
+    # [Lite PPO, Sec. 4.1] the scale: the std of the batch (Lite PPO: robust when most groups are uniform) or of the
+    # group (Eq. 5; all rewards equal: std 0, advantage 0, never NaN); unbiased, as torch.std
+    std = every.std() if std_level == "batch" else grouped.std(dim=1, keepdim=True)
+    return ((grouped - mean) / (std + eps)).flatten()
 
 
-def policy_loss(logprobs, old_logprobs, advantages, mask, args: Args, num_tokens: float | None = None):
-    """Vanilla PPO clipped surrogate with token-level aggregation; tensors [B, T], advantages [B].
+def policy_loss(logprobs, old_logprobs, advantages, mask, args: Args, num_tokens: float | None = None,
+                num_seqs: float | None = None):
+    """Vanilla PPO clipped surrogate, token- or sequence-level aggregation (args.loss_agg); tensors [B, T], advantages [B].
 
-    num_tokens: response tokens of the global batch (micro-batching); default: those of `mask`.
+    num_tokens, num_seqs: response tokens and sequences of the global batch (micro-batching); default: those of `mask`.
     """
     mask = mask.float()
-    num_tokens = mask.sum() if num_tokens is None else num_tokens
+    if args.loss_agg == "token":  # [Lite PPO, Sec. 4.2] token level: every token weighs 1 / the batch's token count
+        weights = mask / (mask.sum() if num_tokens is None else num_tokens)
+    else:  # [Lite PPO, Sec. 4.2] sequence level (GRPO's): 1 / (the token's sequence length x the number of sequences)
+        weights = mask / (mask.sum(dim=1, keepdim=True).clamp(min=1) * (mask.shape[0] if num_seqs is None else num_seqs))
     log_ratio = logprobs - old_logprobs
     ratio = torch.exp(log_ratio)  # [B, T]
     adv = advantages[:, None]  # [B, 1]: the sample's advantage for each of its tokens
     pg_unclipped = -adv * ratio
-    pg_clipped = -adv * torch.clamp(ratio, 1 - args.clip_eps, 1 + args.clip_eps)
+    clip_high = args.clip_eps if args.clip_eps_high is None else args.clip_eps_high  # [Lite PPO, Eq. 8] clip-higher
+    pg_clipped = -adv * torch.clamp(ratio, 1 - args.clip_eps, 1 + clip_high)
     per_token = torch.max(pg_unclipped, pg_clipped)  # [B, T]
-    # [Lite PPO, Sec. 4.2] token-level aggregation: sum over the batch's tokens / their number
-    loss = (per_token * mask).sum() / num_tokens
+    loss = (per_token * weights).sum()
     with torch.no_grad():
         stats = {
             "losses/policy_loss": loss.item(),
-            "losses/clipfrac": ((pg_clipped > pg_unclipped).float() * mask).sum().item() / float(num_tokens),
+            "losses/clipfrac": ((pg_clipped > pg_unclipped).float() * weights).sum().item(),
         }
     return loss, stats
 
@@ -146,7 +174,9 @@ def policy_loss(logprobs, old_logprobs, advantages, mask, args: Args, num_tokens
 def main(args: Args) -> None:
     # ---------------------------------------------------------------- 1. setup
     # bad flags and missing paths fail here, before any model is loaded: the common ones, then the script's own
-    check_args(args, clip_eps=(0 < args.clip_eps < 1, "must be in (0, 1)"))
+    check_args(args, clip_eps=(0 < args.clip_eps < 1, "must be in (0, 1)"),
+               clip_eps_high=(args.clip_eps_high is None or args.clip_eps_high > 0, "must be > 0"),
+               wrong_reward=(args.wrong_reward < 1, "must be below the right answer's reward, 1"))
     accelerator = make_accelerator(args)
     seed_everything(args.seed)
     rank, world = accelerator.process_index, accelerator.num_processes
@@ -197,15 +227,19 @@ def main(args: Args) -> None:
         t_gen = time.perf_counter()
         # ------------------------------------------------------------ 3. reward
         answers = [r["answer"] for r in rows for _ in range(args.group_size)]
-        rewards = torch.tensor(batch_math_reward([c.text for c in completions], answers))  # [N]
+        correct = torch.tensor(batch_math_reward([c.text for c in completions], answers))  # [N] 1 right, 0 wrong
+        rewards = torch.where(correct == 1, 1.0, args.wrong_reward)  # [Lite PPO, Sec. 4.1] 0/1 rewards, or -1/1
         t_reward = time.perf_counter()
         # ------------------------------------------------------------ 4. advantage
-        advantages = compute_advantages(rewards, args.group_size, args.adv_eps)  # [N]
+        advantages = compute_advantages(rewards, args.group_size, args.adv_eps, args.adv_mean_level,
+                                        args.adv_std_level)  # [N] [Lite PPO, Sec. 4.1]
         # ------------------------------------------------------------ 5. old log-probs
         batch = make_batch(prompt_ids, [c.token_ids for c in completions], tokenizer.pad_token_id)  # [N, T], groups recorded
-        batch["loss_mask"] = batch["response_mask"]  # [N, T] the tokens the loss sees: every response token
+        # [N, T] the tokens the loss sees: every response token, but [Lite PPO, Sec. 4] none of a filtered one's
+        filtered = torch.tensor([args.overlong_filter and c.truncated for c in completions], dtype=torch.bool)  # [N]
+        batch["loss_mask"] = batch["response_mask"] * ~filtered[:, None]
         batch["advantages"] = advantages
-        batch["learns"] = advantages != 0  # [Lite PPO] no KL term: a row of advantage 0 has zero gradient
+        batch["learns"] = (advantages != 0) & batch["loss_mask"].any(-1)  # [Lite PPO] no KL term: else zero gradient
         batch = {k: v.to(accelerator.device) for k, v in batch.items()}
         if args.ppo_epochs * args.num_mini_batches > 1:  # fully on-policy: old = current, no extra forward
             batch["old_logprobs"] = compute_logprobs(model, batch, args.micro_batch_tokens, args.temperature, skip=~batch["learns"])
@@ -216,7 +250,7 @@ def main(args: Args) -> None:
         for _ in range(args.ppo_epochs):
             for mini in mini_batches(batch, args.num_mini_batches, shuffle):
                 # denominators of the GLOBAL mini-batch (all processes, skipped rows too): any split gives the same step
-                num_tokens = global_sum(mini["loss_mask"].sum())  # [Lite PPO, Sec. 4.2] token level: the token count only
+                num_tokens, num_seqs = global_sum(mini["loss_mask"].sum()), global_sum(len(mini["loss_mask"]))
                 plan = micro_batches(mini, args.micro_batch_tokens, skip=~mini["learns"])  # zero-gradient rows: not computed
                 num_computed = global_sum(sum(mb["loss_mask"].sum() for mb in plan))  # the entropy's and KL's denominator
                 for i, mb in enumerate(plan):
@@ -224,7 +258,7 @@ def main(args: Args) -> None:
                         logprobs, entropy = model(mb, args.temperature)  # [B, T]
                         old_logprobs = mb["old_logprobs"] if "old_logprobs" in mb else logprobs.detach()
                         loss, mb_stats = policy_loss(logprobs, old_logprobs, mb["advantages"], mb["loss_mask"], args,
-                                                     num_tokens=num_tokens)  # [Lite PPO, Sec. 4.2]
+                                                     num_tokens=num_tokens, num_seqs=num_seqs)  # [Lite PPO, Sec. 4.2]
                         accelerator.backward(loss * accelerator.num_processes)  # DDP averages gradients: undo it
                     mb_stats |= policy_stats(logprobs, old_logprobs, entropy, mb["loss_mask"], num_computed)
                     for k, v in mb_stats.items():
@@ -246,13 +280,16 @@ def main(args: Args) -> None:
         lengths = torch.tensor([len(c.token_ids) for c in completions], dtype=torch.float)
         truncated = torch.tensor([c.truncated for c in completions], dtype=torch.float)
         all_rewards, all_lengths, all_truncated = all_gather(rewards), all_gather(lengths), all_gather(truncated)
-        grouped = all_rewards.view(-1, args.group_size)  # [P, G]
+        grouped = all_gather(correct).view(-1, args.group_size)  # [P, G] [Lite PPO, Sec. 4.1] solved, whatever the rewards
         stats |= {
             "rollout/reward_mean": all_rewards.mean().item(),
             "rollout/response_len_mean": all_lengths.mean().item(),
             "rollout/truncated_frac": all_truncated.mean().item(),
             "rollout/solve_none_frac": (grouped.max(1).values == 0).float().mean().item(),
             "rollout/solve_all_frac": (grouped.min(1).values == 1).float().mean().item(),
+            # [Lite PPO, Sec. 4.1] what the normalization gives: the mean and the largest |advantage| of the batch
+            "rollout/adv_abs_mean": all_gather(advantages).abs().mean().item(),
+            "rollout/adv_abs_max": all_gather(advantages).abs().max().item(),
             "charts/learning_rate": scheduler.get_last_lr()[0],
             "charts/tokens_per_sec": all_lengths.sum().item() / (t_sync - t0),
             "time/generation": t_gen - t0, "time/reward": t_reward - t_gen,

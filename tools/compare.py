@@ -426,15 +426,19 @@ def main(args: Args, extra: list[str]) -> int:
     return 1 if failed else 0
 
 
-def cli(argv: list[str]) -> int:
-    """Flags after a bare `--` go unchanged to every script; the ones before it are this tool's."""
+def parse(argv: list[str], args_type=None, description: str = __doc__):
+    """(this tool's flags, the flags after a bare `--`, which go unchanged to every script); also tools/ablate.py's."""
     split = argv.index("--") if "--" in argv else len(argv)
-    args = tyro.cli(Args, args=argv[:split], description=__doc__)
+    args = tyro.cli(args_type or Args, args=argv[:split], description=description)
     if args.plot_only and split < len(argv):
         raise SystemExit("--plot-only runs nothing: flags after -- would be ignored")
     if args.final_samples < 0:
         raise SystemExit(f"--final-samples {args.final_samples}: must be >= 0 (0: no sampled eval)")
-    return main(args, argv[split + 1:])
+    return args, argv[split + 1:]
+
+
+def cli(argv: list[str]) -> int:
+    return main(*parse(argv))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,102 @@
+"""tools/ablate.py: variants of one lite_ppo.py base run, end to end on the tiny model, and its table and figures
+from runs on disk (checked against numbers computed here)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import lite_ppo
+from tests.test_compare import PNG_MAGIC, settings, table_rows
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def ablate(out: Path, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "ablate.py"), "--out", str(out), *flags], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_a_technique_runs_its_variants_with_their_switches_then_reuses_them(tiny_model_path, tiny_math_data, tmp_path):
+    cmd = ["--techniques", "clip_higher", "--seeds", "1", "--final-samples", "2", "--",
+           *settings(tiny_model_path, tiny_math_data)]
+    result = ablate(tmp_path, *cmd)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    base, high = (json.loads((tmp_path / f"runs/ablate__{v}__1/args.json").read_text()) for v in ("lite_ppo", "clip_high"))
+    assert (base["clip_eps_high"], high["clip_eps_high"]) == (None, 0.28)  # the switch, and nothing else, differs
+    assert {k for k in base if base[k] != high[k]} == {"clip_eps_high", "run_name"}
+    assert (tmp_path / "clip_higher.png").read_bytes().startswith(PNG_MAGIC)
+    md = (tmp_path / "ablation.md").read_text()
+    rows = table_rows(md)
+    assert set(rows) >= {"lite_ppo", "clip_high"} and rows["clip_high"][1] == "--clip-eps-high 0.28"
+    for variant in ("lite_ppo", "clip_high"):  # the final accuracy and the mean clip fraction, from the run's metrics
+        lines = [json.loads(x) for x in (tmp_path / f"runs/ablate__{variant}__1/metrics.jsonl").read_text().splitlines()]
+        final = [x["eval/accuracy"] for x in lines if "eval/accuracy" in x][-1]
+        clipfrac = [x["losses/clipfrac"] for x in lines if "losses/clipfrac" in x]
+        assert rows[variant][4] == f"{final:.3f}"
+        assert rows[variant][7] == f"{sum(clipfrac) / len(clipfrac):.3f}"
+    assert "python lite_ppo.py --clip-eps-high 0.28" in md
+    again = ablate(tmp_path, *cmd[:4], "--skip-existing", *cmd[4:])
+    assert again.returncode == 0 and again.stdout.count("finished run reused") == 2
+    assert again.stdout.count("finished eval reused") == 3  # the start model and both checkpoints
+
+
+def test_tables_and_figures_from_runs_on_disk(tmp_path):
+    """--plot-only on hand-written runs: one figure per technique with its variants, mean ± half range over seeds."""
+    for variant, seed, accs, trunc in (("lite_ppo", 1, [0.1, 0.3], [0.5, 0.3]), ("lite_ppo", 2, [0.1, 0.5], [0.5, 0.1]),
+                                       ("overlong_filter", 1, [0.1, 0.2], [0.4, 0.2])):
+        run = tmp_path / "runs" / f"ablate__{variant}__{seed}"
+        run.mkdir(parents=True)
+        (run / "args.json").write_text(json.dumps({"total_steps": 2, "model": "m", "dataset": "d", "eval_dataset": None,
+                                                   "eval_size": 8, "prompts_per_step": 4, "group_size": 2}))
+        rows = [{"step": 0, "eval/accuracy": accs[0]}]
+        rows += [{"step": s, "rollout/response_len_mean": 10.0, "rollout/truncated_frac": trunc[s - 1]} for s in (1, 2)]
+        rows += [{"step": 2, "eval/accuracy": accs[1]}]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = ablate(tmp_path, "--plot-only", "--techniques", "overlong_filter", "--seeds", "1", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = table_rows((tmp_path / "ablation.md").read_text())
+    assert rows["lite_ppo"][:5] == ["lite_ppo", "(base)", "1 2", "0.100 ± 0.000", "0.400 ± 0.100"]
+    assert rows["lite_ppo"][5] == "0.350 ± 0.050"  # mean truncated fraction over steps: 0.4 and 0.3
+    assert rows["overlong_filter"][:6] == ["overlong_filter", "--overlong-filter", "1", "0.100", "0.200", "0.300"]
+    png = (tmp_path / "overlong_filter.png").read_bytes()
+    assert png.startswith(PNG_MAGIC) and len(png) > 20_000
+    assert not (tmp_path / "clip_higher.png").exists()
+
+
+def test_unknown_technique_is_refused_before_anything_runs(tmp_path):
+    result = ablate(tmp_path, "--techniques", "no_such_trick")
+    assert result.returncode != 0 and "no_such_trick" in result.stderr
+    assert not (tmp_path / "logs").exists()
+
+
+def test_advantage_curves_are_what_compute_advantages_gives_each_group():
+    from tools.advantage_figure import advantage_curves
+
+    g = torch.Generator().manual_seed(0)
+    group_size = 8
+    solved = torch.tensor([0, 1, 2, 4, 7, 8, 1, 3])  # correct samples per group
+    rewards = torch.cat([(torch.randperm(group_size, generator=g) < k).float() for k in solved])
+    curves = advantage_curves(rewards, group_size)
+    for level in ("group", "batch", "none"):
+        adv = lite_ppo.compute_advantages(rewards, group_size, std_level=level).view(-1, group_size)
+        for group, k in enumerate(solved.tolist()):
+            row, right = adv[group], rewards.view(-1, group_size)[group] == 1
+            if k > 0:
+                assert row[right].tolist() == [pytest.approx(curves[f"{level}/correct"][k].item(), abs=1e-5)] * k
+            if k < group_size:
+                assert row[~right].tolist() == [pytest.approx(curves[f"{level}/wrong"][k].item(), abs=1e-5)] * (group_size - k)
+    assert curves["group/correct"][0].isnan() and curves["group/wrong"][group_size].isnan()
+
+
+def test_the_advantage_figure_from_one_rollout(tiny_model_path, tmp_path):
+    out = tmp_path / "advantages.png"
+    result = subprocess.run([sys.executable, str(ROOT / "tools" / "advantage_figure.py"), "--model", tiny_model_path,
+                             "--backend", "hf", "--prompts-per-step", "2", "--group-size", "4", "--max-new-tokens", "8",
+                             "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert out.read_bytes().startswith(PNG_MAGIC)
+    assert "| 0.500 |" in result.stdout  # the table's k/G = 2/4 row

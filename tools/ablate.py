@@ -1,0 +1,259 @@
+"""The paper's techniques one at a time: named variants of one lite_ppo.py base run, each a switch away from it.
+
+Every (seed, variant) is a separate `python lite_ppo.py <variant's flags>` process, one after the other, with the
+same model, data, steps and seeds; then eval.py samples --final-samples answers per held-out problem from the start
+model and each run's last checkpoint (avg@N, as tools/compare.py). Per technique, <out>/<technique>.png: held-out
+accuracy per step (greedy) with avg@N at the start and the end, beside the technique's own mechanism metrics per
+step; and <out>/ablation.md: the table, the figures and the commands.
+
+    python tools/ablate.py                                   # the four techniques, Lite PPO vs the paper's alternative
+    python tools/ablate.py --techniques clip_higher --seeds 1
+    python tools/ablate.py --variants lite_ppo group_std no_std batch_mean --seeds 1 2 3
+    python tools/ablate.py --skip-existing --seeds 1 2 3 4   # add a seed, reuse the finished runs
+    python tools/ablate.py --plot-only
+    python tools/ablate.py -- --total-steps 16               # after --: to every run
+
+A variant is lite_ppo.py's defaults (Lite PPO) plus its flags (VARIANTS); a technique names the variants it
+compares and the metrics that show its mechanism (TECHNIQUES). Runs that fail are reported and the others go on.
+"""
+
+import json
+import math
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tools.compare import (ROOT, curve, describe, fmt_pm, fmt_seconds, load_run, load_sampled, parse,  # noqa: E402
+                           read_jsonl, run_logged, sampled_eval, sampled_eval_command, stats, tail)
+
+VARIANTS = {  # name: lite_ppo.py flags on top of its defaults
+    "lite_ppo": [],  # the base: group mean, batch std, token level, clip 0.2, no filter, 0/1 rewards
+    "group_std": ["--adv-std-level", "group"],  # GRPO's normalization (Eq. 5)
+    "batch_mean": ["--adv-mean-level", "batch"],  # batch mean and std (Eq. 6)
+    "no_std": ["--adv-std-level", "none"],  # reward - group mean (Eq. 7)
+    "clip_high": ["--clip-eps-high", "0.28"],  # clip-higher (Eq. 8), DAPO's upper bound
+    "seq_agg": ["--loss-agg", "seq"],  # sequence-level aggregation
+    "overlong_filter": ["--overlong-filter"],  # truncated responses out of the loss
+    "minus_one": ["--wrong-reward", "-1"],  # -1/1 rewards
+}
+Variant = Literal["lite_ppo", "group_std", "batch_mean", "no_std", "clip_high", "seq_agg", "overlong_filter", "minus_one"]
+TECHNIQUES = {  # name: (title, the variants compared, the metrics that show the mechanism)
+    "normalization": ("advantage normalization", ["lite_ppo", "group_std"], ["rollout/adv_abs_mean", "rollout/adv_abs_max"]),
+    "clip_higher": ("clip-higher", ["lite_ppo", "clip_high"], ["losses/clipfrac", "losses/entropy"]),
+    "aggregation": ("loss aggregation", ["lite_ppo", "seq_agg"], ["rollout/response_len_mean"]),
+    "overlong_filter": ("overlong filtering", ["lite_ppo", "overlong_filter"], ["rollout/truncated_frac"]),
+}
+Technique = Literal["normalization", "clip_higher", "aggregation", "overlong_filter"]
+
+
+@dataclass
+class Args:
+    techniques: list[Technique] = field(default_factory=lambda: list(TECHNIQUES))
+    """techniques to compare: each runs its variants (the base run is shared)"""
+    variants: list[Variant] = field(default_factory=list)
+    """more variants to run (e.g. no_std batch_mean minus_one); they join the figure of every technique they change"""
+    seeds: list[int] = field(default_factory=lambda: [1, 2, 3])
+    """seeds: every variant runs once per seed"""
+    out: str = "results/ablation"
+    """output folder: runs/, logs/, evals/, <technique>.png, ablation.md"""
+    skip_existing: bool = False
+    """reuse a run that finished with the same flags instead of rerunning it"""
+    plot_only: bool = False
+    """run nothing: plot and tabulate the runs already in --out"""
+    final_samples: int = 16
+    """eval.py's samples per held-out problem (avg@N) from the start model and each run's last checkpoint; 0 = none"""
+
+
+def run_name(variant: str, seed: int) -> str:
+    return f"ablate__{variant}__{seed}"
+
+
+def variants_of(args: Args) -> list[str]:
+    names = [v for t in args.techniques for v in TECHNIQUES[t][1]] + list(args.variants)
+    return list(dict.fromkeys(names))  # in order, once each
+
+
+def metric_curves(run_dir: Path, keys: list[str]) -> dict[str, list[tuple[int, float]]]:
+    rows = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "rollout/response_len_mean" in r]
+    return {k: [(r["step"], r[k]) for r in rows if r.get(k) is not None] for k in keys}
+
+
+def run_variant(variant: str, seed: int, flags: list[str], out: Path, skip_existing: bool) -> str | None:
+    """Run (or reuse) one variant and seed; None, or why it failed."""
+    run_dir, record, log = out / "runs" / run_name(variant, seed), out / "logs" / f"{variant}__{seed}.json", \
+        out / "logs" / f"{variant}__{seed}.log"
+    if skip_existing and record.exists() and load_run(run_dir) is not None:
+        previous = json.loads(record.read_text())
+        if previous.get("flags") == flags and previous.get("returncode") == 0:
+            print(f"[ablate] {variant} seed {seed}: finished run reused ({run_dir})", flush=True)
+            return None
+    shutil.rmtree(run_dir, ignore_errors=True)  # the script refuses a run name that holds a run
+    shutil.rmtree(out / "evals" / run_name(variant, seed), ignore_errors=True)
+    cmd = [sys.executable, str(ROOT / "lite_ppo.py"), "--seed", str(seed), "--run-name", run_name(variant, seed),
+           "--output-dir", str(out / "runs"), *flags]
+    returncode, seconds = run_logged(cmd, log, f"{variant} seed {seed}")
+    record.write_text(json.dumps({"variant": variant, "seed": seed, "flags": flags, "returncode": returncode,
+                                  "wall_s": seconds, "command": shlex.join(["python", *sys.argv])}, indent=2))
+    why = (f"exit status {returncode}" if returncode else
+           "no final eval line in metrics.jsonl" if load_run(run_dir) is None else None)
+    if why:
+        print(f"\n[ablate] FAILED: {variant} seed {seed} ({why}); log {log}, last lines:\n{tail(log)}\n", flush=True)
+    return why
+
+
+def collect(variants: list[str], seeds: list[int], out: Path, keys: list[str]) -> dict[str, list[dict]]:
+    """The finished runs of each variant: compare.load_run's curves, the mechanism metrics, wall time, seed."""
+    results = {}
+    for variant in variants:
+        results[variant] = []
+        for seed in seeds:
+            run_dir = out / "runs" / run_name(variant, seed)
+            if (run := load_run(run_dir)) is None:
+                continue
+            record = out / "logs" / f"{variant}__{seed}.json"
+            run |= metric_curves(run_dir, keys) | {"seed": seed, "wall_s": json.loads(record.read_text())["wall_s"]
+                                                   if record.exists() else math.nan}
+            final = load_sampled(out / "evals" / run_name(variant, seed))
+            start = load_sampled(out / "evals" / "start")
+            if final and start and final["n"] == start["n"]:
+                run["sampled"] = [(min(s for s, _ in run["acc"]), start["avg"]), (run["args"]["total_steps"], final["avg"])]
+                run["sampled_n"] = final["n"]
+            results[variant].append(run)
+    return results
+
+
+def sampled_evals(results: dict[str, list[dict]], out: Path, n: int) -> list[str]:
+    """avg@n of the start model (once) and of every finished run's last checkpoint; the failures."""
+    failed, runs = [], [(v, r) for v, rs in results.items() for r in rs]
+    if not runs:
+        return failed
+    first = runs[0][1]["args"]
+    jobs = [("start model", sampled_eval_command(first, first["model"], n, out / "evals" / "start"), out / "evals" / "start",
+             out / "logs" / "start__eval.log")]
+    for variant, run in runs:
+        name = run_name(variant, run["seed"])
+        checkpoint = out / "runs" / name / "checkpoints" / f"step-{run['args']['total_steps']}"
+        jobs.append((f"{variant} seed {run['seed']}", sampled_eval_command(run["args"], str(checkpoint), n, out / "evals" / name),
+                     out / "evals" / name, out / "logs" / f"{variant}__{run['seed']}__eval.log"))
+    for what, cmd, eval_dir, log in jobs:
+        if why := sampled_eval(cmd, eval_dir, log, f"sampled eval of {what}"):
+            failed.append(f"{what}: {why}")
+    return failed
+
+
+def plot_technique(technique: str, results: dict[str, list[dict]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    title, _, keys = TECHNIQUES[technique]
+    fig, axes = plt.subplots(1, 1 + len(keys), figsize=(6 * (1 + len(keys)), 4.5), squeeze=False)
+    axes = axes[0]
+    n = next((r["sampled_n"] for runs in results.values() for r in runs if "sampled_n" in r), None)
+    for variant, runs in results.items():
+        if not runs:
+            continue
+        label = f"{variant} {' '.join(VARIANTS[variant]) or '(base)'} ({len(runs)} seed{'s' * (len(runs) > 1)})"
+        color = None
+        for ax, key in zip(axes, ["acc", *keys]):
+            steps, mean, lo, hi = curve(runs, key)
+            (line,) = ax.plot(steps, mean, marker="o", markersize=3, label=label, color=color)
+            color = line.get_color()
+            if len(runs) >= 2:
+                ax.fill_between(steps, lo, hi, color=color, alpha=0.2, linewidth=0)
+        if n and all("sampled" in r for r in runs):
+            steps, mean, lo, hi = curve(runs, "sampled")
+            axes[0].errorbar(steps, mean, yerr=[[m - a for m, a in zip(mean, lo)], [b - m for m, b in zip(mean, hi)]],
+                             color=color, linestyle="--", marker="s", capsize=3, label=f"{variant}: avg@{n} (sampled)")
+    first = next(r for runs in results.values() for r in runs)
+    fig.suptitle(f"{title}: {describe(first['args'])} (band: min..max over seeds)")
+    axes[0].set(title="held-out accuracy: greedy per eval, avg@N at start and end", xlabel="step", ylabel="accuracy")
+    for ax, key in zip(axes[1:], keys):
+        ax.set(title=key, xlabel="step", ylabel=key)
+    for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def table(results: dict[str, list[dict]], keys: list[str]) -> str:
+    n = next((r["sampled_n"] for runs in results.values() for r in runs if "sampled_n" in r), None)
+    head = ["variant", "flags", "seeds", "start acc", "final acc"] + ([f"start avg@{n}", f"final avg@{n}"] if n else []) \
+        + [f"{k} (mean over steps)" for k in keys] + ["wall time per run"]
+    lines = ["| " + " | ".join(head) + " |", "|---|---|---|" + "---:|" * (len(head) - 3)]
+    for variant, runs in results.items():
+        if not runs:
+            continue
+        cells = [variant, " ".join(VARIANTS[variant]) or "(base)", " ".join(str(r["seed"]) for r in runs),
+                 fmt_pm([r["start_acc"] for r in runs]), fmt_pm([r["final_acc"] for r in runs])]
+        if n:
+            cells += [fmt_pm([r["sampled"][0][1] for r in runs if "sampled" in r]),
+                      fmt_pm([r["sampled"][1][1] for r in runs if "sampled" in r])]
+        for k in keys:
+            cells.append(fmt_pm([sum(v for _, v in r[k]) / len(r[k]) if r.get(k) else math.nan for r in runs]))
+        cells.append(fmt_seconds(stats([r["wall_s"] for r in runs])[0]))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(args: Args, extra: list[str]) -> int:
+    out = Path(args.out).resolve()
+    for sub in ("runs", "logs", "evals"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    variants = variants_of(args)
+    failed = []
+    if not args.plot_only:
+        for seed in args.seeds:  # seed-major: a partial ablation has every variant of the first seeds
+            for variant in variants:
+                if why := run_variant(variant, seed, VARIANTS[variant] + extra, out, args.skip_existing):
+                    failed.append(f"{variant} seed {seed}: {why}")
+    keys = list(dict.fromkeys(k for t in args.techniques for k in TECHNIQUES[t][2]))
+    results = collect(variants, args.seeds, out, keys)
+    if args.final_samples > 0 and not args.plot_only:
+        failed += sampled_evals(results, out, args.final_samples)
+        results = collect(variants, args.seeds, out, keys)
+    if not any(results.values()):
+        print("[ablate] no finished run: nothing to plot", flush=True)
+        return 1
+    sections = []
+    for technique in args.techniques:
+        compared = TECHNIQUES[technique][1] + [v for v in args.variants if technique_of(v) == technique]
+        compared = [v for v in dict.fromkeys(compared) if results.get(v)]
+        if not compared:
+            continue
+        subset = {v: results[v] for v in compared}
+        plot_technique(technique, subset, out / f"{technique}.png")
+        sections += [f"## {TECHNIQUES[technique][0]}", "", table(subset, TECHNIQUES[technique][2]), "",
+                     f"![{technique}]({technique}.png)", ""]
+    first = next(r for runs in results.values() for r in runs)
+    commands = sorted({shlex.join(["python", "lite_ppo.py", *VARIANTS[v], *extra, "--seed", "SEED"]) for v in variants})
+    text = "\n".join([f"# The paper's techniques on lite_ppo.py: {describe(first['args'])}", "",
+                      f"{first['args']['total_steps']} steps; held-out: the first {first['args']['eval_size']} problems, "
+                      "greedy per eval; avg@N sampled at the runs' temperature from the start model and the last "
+                      "checkpoint. Cells: mean ± half the range over seeds.", "", *sections,
+                      *(["Not in the tables:", "", *[f"- {f}" for f in failed], ""] if failed else []),
+                      "Made by:", "", "```bash", shlex.join(["python", *sys.argv]), "```", "", "Each run:", "",
+                      "```bash", *commands, "```", ""])
+    (out / "ablation.md").write_text(text)
+    print(f"\n{text}\n[ablate] wrote {out / 'ablation.md'}", flush=True)
+    return 1 if failed else 0
+
+
+def technique_of(variant: str) -> str | None:
+    """The technique an extra variant belongs to (by the flag it sets)."""
+    flag = VARIANTS[variant][0] if VARIANTS[variant] else None
+    return {"--adv-std-level": "normalization", "--adv-mean-level": "normalization", "--wrong-reward": "normalization",
+            "--clip-eps-high": "clip_higher", "--loss-agg": "aggregation", "--overlong-filter": "overlong_filter"}.get(flag)
+
+
+if __name__ == "__main__":
+    sys.exit(main(*parse(sys.argv[1:], Args, __doc__)))
