@@ -288,8 +288,8 @@ def main(args: Args) -> None:
             "rollout/solve_none_frac": (grouped.max(1).values == 0).float().mean().item(),
             "rollout/solve_all_frac": (grouped.min(1).values == 1).float().mean().item(),
             # [Lite PPO, Sec. 4.1] what the normalization gives: the mean and the largest |advantage| of the batch
-            "rollout/adv_abs_mean": all_gather(advantages).abs().mean().item(),
-            "rollout/adv_abs_max": all_gather(advantages).abs().max().item(),
+            "rollout/adv_abs_mean": (adv_abs := all_gather(advantages).abs()).mean().item(),
+            "rollout/adv_abs_max": adv_abs.max().item(),
             "charts/learning_rate": scheduler.get_last_lr()[0],
             "charts/tokens_per_sec": all_lengths.sum().item() / (t_sync - t0),
             "time/generation": t_gen - t0, "time/reward": t_reward - t_gen,

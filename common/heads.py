@@ -167,7 +167,8 @@ def backbone_hidden(backbone: nn.Module, batch: dict[str, torch.Tensor]) -> torc
 @torch.no_grad()
 def compute_logprobs(model: nn.Module, batch: dict[str, torch.Tensor], token_budget: int, temperature: float,
                      skip: torch.Tensor | None = None) -> torch.Tensor:
-    """Per-token log-probs [N, T] of the batch's response tokens, by micro-batches, without grad; 0 on `skip` rows [N]."""
+    """Per-token log-probs [N, T] of the batch's response tokens, by micro-batches, without grad; `skip` rows [N] are
+    not computed (0), unless every row is skipped: then micro_batches' placeholder row gets its true values."""
     logprobs = torch.zeros_like(batch["input_ids"], dtype=torch.float32)
     for mb in micro_batches(batch, token_budget, skip):
         lp, _ = model(mb, temperature)
