@@ -1,7 +1,6 @@
 """lite_ppo.py end to end: smoke runs on both backends, flag errors, kill -9 and exact resume."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -10,6 +9,8 @@ from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
+
+from tests.torchrun import torchrun
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -145,12 +146,8 @@ def test_kill_dash_nine_then_resume_ends_with_the_same_weights(tiny_model_path, 
 @pytest.mark.timeout(900)
 def test_two_processes_each_with_its_own_vllm_engine(tiny_model_path, tiny_math_data, tmp_path):
     """As `accelerate launch --multi_gpu --num_processes 2` runs it on a CPU machine (torchrun underneath)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     flags = tiny_args(tiny_model_path, tiny_math_data, tmp_path, "two")[2:] + ["--backend", "vllm", "--total-steps", "2"]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-           str(29500 + os.getpid() % 1000), str(ROOT / "tests" / "two_process_run.py"), str(tmp_path / "record"), *flags]
-    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
-    assert result.returncode == 0, result.stderr[-3000:]
+    torchrun("two_process_run.py", str(tmp_path / "record"), *flags, log_dir=tmp_path / "logs", timeout=900)
     ranks = [json.loads((tmp_path / "record" / f"rank{r}.json").read_text()) for r in range(2)]
     assert [(r["rank"], r["world_size"], r["engine"]) for r in ranks] == [(0, 2, "VLLMEngine"), (1, 2, "VLLMEngine")]
     assert [r["prompts"] for r in ranks] == [4, 4]  # 2 steps x its half of the 4 prompts per step, in its own engine

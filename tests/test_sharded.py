@@ -1,30 +1,23 @@
 """The update step under PyTorch FSDP2 (fully_shard, DTensor parameters) equals the DDP step, on 2 real gloo
 processes on CPU, and backbone_hidden takes its plain-forward fallback on sharded parameters (tests/fsdp_step.py)."""
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.torchrun import torchrun
 
 
-def two_process(mode: str, out: Path, port_offset: int) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    port = 28500 + (os.getpid() + port_offset) % 1000
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-           str(ROOT / "tests" / "fsdp_step.py"), mode, str(out)]
-    subprocess.run(cmd, check=True, env=env, cwd=ROOT, timeout=300)
+def two_process(mode: str, out: Path) -> dict:
+    torchrun("fsdp_step.py", mode, str(out), log_dir=out.parent / f"logs-{mode}")
     return torch.load(out)
 
 
 @pytest.mark.timeout(700)
 def test_fsdp2_step_equals_the_ddp_step_and_uses_the_plain_forward(tmp_path):
-    ddp = two_process("ddp", tmp_path / "ddp.pt", 0)
-    fsdp = two_process("fsdp2", tmp_path / "fsdp2.pt", 500)
+    ddp = two_process("ddp", tmp_path / "ddp.pt")
+    fsdp = two_process("fsdp2", tmp_path / "fsdp2.pt")
     # real 2-process gloo groups (a launch without a group would run two independent copies)
     assert ddp["world_size"] == 2 and fsdp["world_size"] == 2
     # accelerate leaves a CPU run as MULTI_CPU even with an FSDP2 plugin: fully_shard was applied by hand

@@ -3,9 +3,6 @@ micro-batched and on 2 processes."""
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,8 +11,7 @@ import torch
 from common.heads import LogprobModel, ValueModel, backbone_hidden
 from common.update import build_optimizer, make_batch, micro_batch_rows, micro_batches, mini_batches, select
 from tests.step_equivalence import run_step
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.torchrun import torchrun
 
 
 def tiny_lm(seed: int = 0):
@@ -212,10 +208,7 @@ def two_process_step(algo: str, model_dir: str, out: Path, *flags: str) -> tuple
     """The same step under torchrun with 2 real (gloo) processes."""
     from safetensors.torch import load_file
 
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(29500 + os.getpid() % 1000),
-           str(ROOT / "tests" / "step_equivalence.py"), algo, model_dir, str(out), *flags]
-    subprocess.run(cmd, check=True, env=env, cwd=ROOT, timeout=300)
+    torchrun("step_equivalence.py", algo, model_dir, str(out), *flags, log_dir=out / "logs")
     state = out / "run" / "checkpoints" / "step-1" / "state"
     params = {f"{f.stem}.{k}": v for f in sorted(state.glob("model*.safetensors")) for k, v in load_file(f).items()}
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]

@@ -1,0 +1,35 @@
+"""Launch a test script on 2 real gloo processes, as `torchrun --nproc_per_node 2` does on a CPU machine.
+
+On a failure the error names each process's own last lines: torchrun's console shows only the process that
+noticed the crash (usually rank 0 waiting in a collective), not the one that crashed.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(script: str, *args: str, log_dir: Path, timeout: int = 300, nproc: int = 2) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
+           str(free_port()), "--log-dir", str(log_dir), "--redirects", "3", str(ROOT / "tests" / script), *args]
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+    if result.returncode != 0:
+        tails = []
+        for log in sorted(log_dir.rglob("std*.log")):  # <run id>/attempt_0/<rank>/stdout.log, stderr.log
+            text = log.read_text(errors="replace").strip()
+            if text:
+                tails.append(f"--- {log.relative_to(log_dir)} ---\n{text[-2500:]}")
+        raise AssertionError(f"torchrun {script} failed (exit {result.returncode})\n" + "\n".join(tails)
+                             + f"\n--- torchrun ---\n{result.stderr[-1500:]}")
+    return result
