@@ -25,20 +25,23 @@ def test_a_technique_runs_its_variants_with_their_switches_then_reuses_them(tiny
            *settings(tiny_model_path, tiny_math_data)]
     result = ablate(tmp_path, *cmd)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    base, high = (json.loads((tmp_path / f"runs/ablate__{v}__1/args.json").read_text()) for v in ("lite_ppo", "clip_high"))
+    base, high = (json.loads((tmp_path / f"runs/ablate__{v}__1/args.json").read_text())
+                  for v in ("off_policy", "clip_high_off_policy"))
+    assert (base["num_mini_batches"], high["num_mini_batches"]) == (4, 4)  # compared where a ratio can leave 1
     assert (base["clip_eps_high"], high["clip_eps_high"]) == (None, 0.28)  # the switch, and nothing else, differs
     assert {k for k in base if base[k] != high[k]} == {"clip_eps_high", "run_name"}
     assert (tmp_path / "clip_higher.png").read_bytes().startswith(PNG_MAGIC)
     md = (tmp_path / "ablation.md").read_text()
     rows = table_rows(md)
-    assert set(rows) >= {"lite_ppo", "clip_high"} and rows["clip_high"][1] == "--clip-eps-high 0.28"
-    for variant in ("lite_ppo", "clip_high"):  # the final accuracy and the mean clip fraction, from the run's metrics
+    assert set(rows) - {"variant"} == {"off_policy", "clip_high_off_policy"}  # the header row, the variants
+    assert rows["clip_high_off_policy"][1] == "--num-mini-batches 4 --clip-eps-high 0.28"
+    for variant in ("off_policy", "clip_high_off_policy"):  # the final accuracy and the mean clip fraction, from the run's metrics
         lines = [json.loads(x) for x in (tmp_path / f"runs/ablate__{variant}__1/metrics.jsonl").read_text().splitlines()]
         final = [x["eval/accuracy"] for x in lines if "eval/accuracy" in x][-1]
         clipfrac = [x["losses/clipfrac"] for x in lines if "losses/clipfrac" in x]
         assert rows[variant][4] == f"{final:.3f}"
         assert rows[variant][7] == f"{sum(clipfrac) / len(clipfrac):.3f}"
-    assert "python lite_ppo.py --clip-eps-high 0.28" in md
+    assert "python lite_ppo.py --num-mini-batches 4 --clip-eps-high 0.28" in md
     again = ablate(tmp_path, *cmd[:4], "--skip-existing", *cmd[4:])
     assert again.returncode == 0 and again.stdout.count("finished run reused") == 2
     assert again.stdout.count("finished eval reused") == 3  # the start model and both checkpoints

@@ -35,15 +35,20 @@ VARIANTS = {  # name: lite_ppo.py flags on top of its defaults
     "group_std": ["--adv-std-level", "group"],  # GRPO's normalization (Eq. 5)
     "batch_mean": ["--adv-mean-level", "batch"],  # batch mean and std (Eq. 6)
     "no_std": ["--adv-std-level", "none"],  # reward - group mean (Eq. 7)
-    "clip_high": ["--clip-eps-high", "0.28"],  # clip-higher (Eq. 8), DAPO's upper bound
+    "clip_high": ["--clip-eps-high", "0.28"],  # clip-higher (Eq. 8), DAPO's upper bound: on-policy, the ratio is 1
+    # 4 optimizer steps per rollout: mini-batches 2-4 are off-policy, so a ratio can reach a clip bound
+    "off_policy": ["--num-mini-batches", "4"],
+    "clip_high_off_policy": ["--num-mini-batches", "4", "--clip-eps-high", "0.28"],
     "seq_agg": ["--loss-agg", "seq"],  # sequence-level aggregation
     "overlong_filter": ["--overlong-filter"],  # truncated responses out of the loss
     "minus_one": ["--wrong-reward", "-1"],  # -1/1 rewards
 }
-Variant = Literal["lite_ppo", "group_std", "batch_mean", "no_std", "clip_high", "seq_agg", "overlong_filter", "minus_one"]
+Variant = Literal["lite_ppo", "group_std", "batch_mean", "no_std", "clip_high", "off_policy", "clip_high_off_policy",
+                  "seq_agg", "overlong_filter", "minus_one"]
 TECHNIQUES = {  # name: (title, the variants compared, the metrics that show the mechanism)
     "normalization": ("advantage normalization", ["lite_ppo", "group_std"], ["rollout/adv_abs_mean", "rollout/adv_abs_max"]),
-    "clip_higher": ("clip-higher", ["lite_ppo", "clip_high"], ["losses/clipfrac", "losses/entropy"]),
+    # on the base (one update per rollout) every ratio is exactly 1 and no clip bound acts: compared off-policy
+    "clip_higher": ("clip-higher", ["off_policy", "clip_high_off_policy"], ["losses/clipfrac", "losses/entropy"]),
     "aggregation": ("loss aggregation", ["lite_ppo", "seq_agg"], ["rollout/response_len_mean"]),
     "overlong_filter": ("overlong filtering", ["lite_ppo", "overlong_filter"], ["rollout/truncated_frac"]),
 }
