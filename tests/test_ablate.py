@@ -42,6 +42,8 @@ def test_a_technique_runs_its_variants_with_their_switches_then_reuses_them(tiny
         assert rows[variant][4] == f"{final:.3f}"
         assert rows[variant][7] == f"{sum(clipfrac) / len(clipfrac):.3f}"
     assert "python lite_ppo.py --num-mini-batches 4 --clip-eps-high 0.28" in md
+    (start,) = json.loads((tmp_path / "evals/start/summary.json").read_text())["results"].values()
+    assert f"the first 8 problems (or all, if fewer: {start['problems']})" in md  # the count evaluated, not the flag
     again = ablate(tmp_path, *cmd[:4], "--skip-existing", *cmd[4:])
     assert again.returncode == 0 and again.stdout.count("finished run reused") == 2
     assert again.stdout.count("finished eval reused") == 3  # the start model and both checkpoints

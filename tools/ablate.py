@@ -240,9 +240,11 @@ def main(args: Args, extra: list[str]) -> int:
         sections += [f"## {TECHNIQUES[technique][0]}", "", table(subset, TECHNIQUES[technique][2]), "",
                      f"![{technique}]({technique}.png)", ""]
     first = next(r for runs in results.values() for r in runs)
+    held_out = f": {start['problems']}" if (start := load_sampled(out / "evals" / "start")) else ""
     commands = sorted({shlex.join(["python", "lite_ppo.py", *VARIANTS[v], *extra, "--seed", "SEED"]) for v in variants})
     text = "\n".join([f"# The paper's techniques on lite_ppo.py: {describe(first['args'])}", "",
-                      f"{first['args']['total_steps']} steps; held-out: the first {first['args']['eval_size']} problems, "
+                      f"{first['args']['total_steps']} steps; held-out: the first {first['args']['eval_size']} problems "
+                      f"(or all, if fewer{held_out}), "
                       "greedy per eval; avg@N sampled at the runs' temperature from the start model and the last "
                       "checkpoint. Cells: mean ± half the range over seeds.", "", *sections,
                       *(["Not in the tables:", "", *[f"- {f}" for f in failed], ""] if failed else []),

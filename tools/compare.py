@@ -138,12 +138,12 @@ def sampled_eval_command(run_args: dict, model: str, n: int, out_dir: Path) -> l
 
 
 def load_sampled(eval_dir: Path) -> dict | None:
-    """n and avg@n of an eval.py summary with one data set, or None if there is none."""
+    """n, avg@n and the problem count of an eval.py summary with one data set, or None if there is none."""
     try:
         (result,) = json.loads((eval_dir / "summary.json").read_text())["results"].values()
     except (OSError, ValueError, KeyError):
         return None
-    return {"n": result["n"], "avg": result["metrics"]["accuracy"]}
+    return {"n": result["n"], "avg": result["metrics"]["accuracy"], "problems": result["problems"]}
 
 
 def run_logged(cmd: list[str], log: Path, what: str) -> tuple[int, float]:
