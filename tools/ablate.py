@@ -240,7 +240,7 @@ def main(args: Args, extra: list[str]) -> int:
         sections += [f"## {TECHNIQUES[technique][0]}", "", table(subset, TECHNIQUES[technique][2]), "",
                      f"![{technique}]({technique}.png)", ""]
     first = next(r for runs in results.values() for r in runs)
-    held_out = f": {start['problems']}" if (start := load_sampled(out / "evals" / "start")) else ""
+    held_out = f": {start['problems']}" if (start := load_sampled(out / "evals" / "start")) and start["problems"] else ""
     commands = sorted({shlex.join(["python", "lite_ppo.py", *VARIANTS[v], *extra, "--seed", "SEED"]) for v in variants})
     text = "\n".join([f"# The paper's techniques on lite_ppo.py: {describe(first['args'])}", "",
                       f"{first['args']['total_steps']} steps; held-out: the first {first['args']['eval_size']} problems "

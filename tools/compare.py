@@ -143,7 +143,7 @@ def load_sampled(eval_dir: Path) -> dict | None:
         (result,) = json.loads((eval_dir / "summary.json").read_text())["results"].values()
     except (OSError, ValueError, KeyError):
         return None
-    return {"n": result["n"], "avg": result["metrics"]["accuracy"], "problems": result["problems"]}
+    return {"n": result["n"], "avg": result["metrics"]["accuracy"], "problems": result.get("problems")}
 
 
 def run_logged(cmd: list[str], log: Path, what: str) -> tuple[int, float]:
