@@ -235,9 +235,9 @@ def main(args: Args) -> None:
                                         args.adv_std_level)  # [N] [Lite PPO, Sec. 4.1]
         # ------------------------------------------------------------ 5. old log-probs
         batch = make_batch(prompt_ids, [c.token_ids for c in completions], tokenizer.pad_token_id)  # [N, T], groups recorded
-        # [N, T] the tokens the loss sees: every response token, but [Lite PPO, Sec. 4] none of a filtered one's
-        filtered = torch.tensor([args.overlong_filter and c.truncated for c in completions], dtype=torch.bool)  # [N]
-        batch["loss_mask"] = batch["response_mask"] * ~filtered[:, None]
+        # [Lite PPO, Sec. 4] overlong filtering: truncated samples leave the loss and its token count, not the advantages
+        truncated = torch.tensor([c.truncated for c in completions], dtype=torch.bool)  # [N]
+        batch["loss_mask"] = batch["response_mask"] * ~truncated[:, None] if args.overlong_filter else batch["response_mask"]
         batch["advantages"] = advantages
         batch["learns"] = (advantages != 0) & batch["loss_mask"].any(-1)  # [Lite PPO] no KL term: else zero gradient
         batch = {k: v.to(accelerator.device) for k, v in batch.items()}
