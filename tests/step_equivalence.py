@@ -142,8 +142,7 @@ def run_step(algo: str, model_dir: str, out_dir: str, *flags: str) -> tuple[dict
     engine["engine"].save()
     state = max((out / "run" / "checkpoints").glob("step-*"), key=lambda p: int(p.name[5:])) / "state"
     params = {f"{f.stem}.{k}": v for f in sorted(state.glob("model*.safetensors")) for k, v in load_file(f).items()}
-    world = json.loads((out / "rank0.json").read_text())["world_size"]
-    return params, world
+    return params, engine["engine"].world  # not read from rank0.json, which rank 0 may be rewriting right now
 
 
 if __name__ == "__main__":
