@@ -49,6 +49,19 @@ def test_a_technique_runs_its_variants_with_their_switches_then_reuses_them(tiny
     assert again.stdout.count("finished eval reused") == 3  # the start model and both checkpoints
 
 
+def test_each_seed_is_evaluated_when_its_runs_end(monkeypatch, tmp_path):
+    """A stopped ablation (hours on a CPU) keeps the sampled evals of the seeds whose runs all ended."""
+    from tools import ablate as tool
+
+    calls, collected = [], []
+    monkeypatch.setattr(tool, "run_variant", lambda variant, seed, *a: calls.append(("run", variant, seed)))
+    monkeypatch.setattr(tool, "collect", lambda variants, seeds, *a: collected.append(seeds) or {v: [] for v in variants})
+    monkeypatch.setattr(tool, "sampled_evals", lambda *a: calls.append(("eval", collected[-1])) or [])
+    assert tool.main(tool.Args(techniques=["overlong_filter"], seeds=[1, 2], out=str(tmp_path)), []) == 1  # nothing ran
+    assert calls == [("run", "lite_ppo", 1), ("run", "overlong_filter", 1), ("eval", [1]),
+                     ("run", "lite_ppo", 2), ("run", "overlong_filter", 2), ("eval", [2])]
+
+
 def test_tables_and_figures_from_runs_on_disk(tmp_path):
     """--plot-only on hand-written runs: one figure per technique with its variants, mean ± half range over seeds."""
     for variant, seed, accs, trunc in (("lite_ppo", 1, [0.1, 0.3], [0.5, 0.3]), ("lite_ppo", 2, [0.1, 0.5], [0.5, 0.1]),

@@ -1,10 +1,11 @@
 """The paper's techniques one at a time: named variants of one lite_ppo.py base run, each a switch away from it.
 
 Every (seed, variant) is a separate `python lite_ppo.py <variant's flags>` process, one after the other, with the
-same model, data, steps and seeds; then eval.py samples --final-samples answers per held-out problem from the start
-model and each run's last checkpoint (avg@N, as tools/compare.py). Per technique, <out>/<technique>.png: held-out
-accuracy per step (greedy) with avg@N at the start and the end, beside the technique's own mechanism metrics per
-step; and <out>/ablation.md: the table, the figures and the commands.
+same model, data, steps and seeds, seed after seed; when a seed's runs end, eval.py samples --final-samples answers
+per held-out problem from the start model and each of its runs' last checkpoint (avg@N, as tools/compare.py), so a
+stopped ablation keeps the seeds it finished. Per technique, <out>/<technique>.png: held-out accuracy per step
+(greedy) with avg@N at the start and the end, beside the technique's own mechanism metrics per step; and
+<out>/ablation.md: the table, the figures and the commands.
 
     python tools/ablate.py                                   # the four techniques, Lite PPO vs the paper's alternative
     python tools/ablate.py --techniques clip_higher --seeds 1
@@ -215,17 +216,16 @@ def main(args: Args, extra: list[str]) -> int:
     for sub in ("runs", "logs", "evals"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     variants = variants_of(args)
+    keys = list(dict.fromkeys(k for t in args.techniques for k in TECHNIQUES[t][2]))
     failed = []
     if not args.plot_only:
-        for seed in args.seeds:  # seed-major: a partial ablation has every variant of the first seeds
+        for seed in args.seeds:  # seed-major, each seed evaluated when its runs end: a stopped ablation keeps them
             for variant in variants:
                 if why := run_variant(variant, seed, VARIANTS[variant] + extra, out, args.skip_existing):
                     failed.append(f"{variant} seed {seed}: {why}")
-    keys = list(dict.fromkeys(k for t in args.techniques for k in TECHNIQUES[t][2]))
+            if args.final_samples > 0:
+                failed += sampled_evals(collect(variants, [seed], out, keys), out, args.final_samples)
     results = collect(variants, args.seeds, out, keys)
-    if args.final_samples > 0 and not args.plot_only:
-        failed += sampled_evals(results, out, args.final_samples)
-        results = collect(variants, args.seeds, out, keys)
     if not any(results.values()):
         print("[ablate] no finished run: nothing to plot", flush=True)
         return 1
