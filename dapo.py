@@ -19,7 +19,6 @@ Usage:
 
 import math
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +35,10 @@ from common.model import DEFAULT_MODEL, load_policy, unwrap
 from common.reward import batch_math_reward
 from common.run import (all_gather, check_args, cli, global_sum, latest_checkpoint, load_checkpoint, log_metrics,
                         make_accelerator, make_run_dir, save_checkpoint, seed_everything)
-from common.update import accumulate_gradients, build_optimizer, make_batch, micro_batches, mini_batches, policy_stats
+from common.mismatch import mismatch_stats, sampler_weights
+from common.precision import resolve_precision
+from common.update import (accumulate_gradients, add_stats, build_optimizer, make_batch, micro_batches, mini_batches,
+                           policy_stats, step_stats)
 
 
 @dataclass
@@ -89,6 +91,15 @@ class Args:
     """vLLM: fraction of GPU memory for weights and KV cache (colocated with training)"""
     vllm_sleep: bool = False
     """vLLM on GPU: free the engine's memory during the update (sleep/wake each step)"""
+    # precision and the sampler-trainer mismatch (common/precision.py, common/mismatch.py)
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """bf16: the update under bf16 autocast (fp32 master weights and log-probs) and generation in bf16; auto: bf16 on
+    CUDA and on a CPU with native bf16 (avx512_bf16, amx_bf16), else fp32; the start prints which and why"""
+    sampler_is: Literal["none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = "token_truncate"
+    """weigh each token's policy loss by exp(trainer - sampler log-prob), per token or per sequence, truncated at
+    --sampler-is-cap or masked above it (Yao et al. 2025; TRL's vllm_importance_sampling_mode); none: off"""
+    sampler_is_cap: float = 3.0
+    """the largest importance weight kept (truncate) or not masked (mask)"""
     # optimization
     total_steps: int = 8
     """policy updates (each on prompts_per_step x group_size samples)"""
@@ -135,10 +146,11 @@ def compute_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6
     return (centered / (std + eps)).flatten()
 
 
-def policy_loss(logprobs, old_logprobs, advantages, mask, args: Args, num_tokens: float | None = None):
+def policy_loss(logprobs, old_logprobs, advantages, mask, args: Args, num_tokens: float | None = None, sampler_weights=None):
     """Clipped surrogate with clip-higher and token-level aggregation; tensors [B, T], advantages [B].
 
     num_tokens: response tokens of the global batch (micro-batching); default: those of `mask`.
+    sampler_weights: importance weights [B, T] or [B, 1] on the surrogate (common/mismatch.py); None: 1.
     """
     mask = mask.float()
     # at least 1: overlong filtering can mask every token of a batch (then the loss is 0, not NaN)
@@ -150,6 +162,8 @@ def policy_loss(logprobs, old_logprobs, advantages, mask, args: Args, num_tokens
     # [DAPO 3.1] clip-higher: decoupled bounds, the upper one wider, against entropy collapse
     pg_clipped = -adv * torch.clamp(ratio, 1 - args.clip_eps_low, 1 + args.clip_eps_high)
     per_token = torch.max(pg_unclipped, pg_clipped)  # [B, T]
+    if sampler_weights is not None:  # [Yao et al. 2025] the sampler-trainer mismatch (common/mismatch.py)
+        per_token = per_token * sampler_weights  # [B, T] or [B, 1], detached
     # [DAPO 3.3] token-level policy gradient loss: sum over the batch's tokens / their number
     loss = (per_token * mask).sum() / num_tokens
     with torch.no_grad():
@@ -226,7 +240,8 @@ def main(args: Args) -> None:
                max_gen_rounds=(args.max_gen_rounds >= 1, "must be positive"),
                overlong_cache_len=(args.overlong_cache_len is None or 0 <= args.overlong_cache_len <= args.max_new_tokens,
                                    "must be in [0, --max-new-tokens]"))
-    accelerator = make_accelerator(args)
+    precision = resolve_precision(args.precision)  # fp32, or bf16 where native: printed with why
+    accelerator = make_accelerator(args, precision)
     seed_everything(args.seed)
     rank, world = accelerator.process_index, accelerator.num_processes
     train_rows = load_rows(args.dataset, flag="--dataset")
@@ -247,7 +262,8 @@ def main(args: Args) -> None:
                          max_model_len=prompt_tokens_bound(tokenizer, [r["question"] for r in train_rows + eval_rows],
                                                            args.template) + args.max_new_tokens,
                          kv_cache_seqs=max(args.prompts_per_step // world * args.group_size, len(eval_rows)),
-                         gpu_memory_utilization=args.gpu_memory_utilization, enable_sleep_mode=args.vllm_sleep)
+                         gpu_memory_utilization=args.gpu_memory_utilization, enable_sleep_mode=args.vllm_sleep,
+                         precision=precision)
     if start_step:
         engine.sync_weights(model)
     eval_sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=0.0, seed=args.seed)
@@ -275,7 +291,8 @@ def main(args: Args) -> None:
             rows = rows[rank * per_proc : (rank + 1) * per_proc]
             prompt_ids = tokenize_prompts(tokenizer, [r["question"] for r in rows], args.template)
             sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
-                                      top_k=args.top_k, seed=rollout_seed(args.seed, data_step, rank, world))
+                                      top_k=args.top_k, seed=rollout_seed(args.seed, data_step, rank, world),
+                                      logprobs=True)  # the sampler's log-probs: the mismatch (common/mismatch.py)
             completions = engine.generate(prompt_ids, args.group_size, sampling)  # P*G, groups contiguous
             answers = [r["answer"] for r in rows for _ in range(args.group_size)]
             return prompt_ids, completions, torch.tensor(batch_math_reward([c.text for c in completions], answers))
@@ -294,7 +311,8 @@ def main(args: Args) -> None:
         # ------------------------------------------------------------ 4. advantage
         advantages = compute_advantages(rewards, args.group_size, args.adv_eps)  # [N]
         # ------------------------------------------------------------ 5. old log-probs
-        batch = make_batch(prompt_ids, [c.token_ids for c in completions], tokenizer.pad_token_id)  # [N, T], groups recorded
+        batch = make_batch(prompt_ids, [c.token_ids for c in completions], tokenizer.pad_token_id,
+                           [c.logprobs for c in completions])  # [N, T], groups and sampler log-probs recorded
         # [DAPO 3.4] overlong filtering: truncated samples leave the loss and its token count
         truncated = torch.tensor([c.truncated for c in completions], dtype=torch.bool)  # [N]
         batch["loss_mask"] = mask_truncated(batch["response_mask"], truncated) if args.overlong_filter else batch["response_mask"]
@@ -306,7 +324,7 @@ def main(args: Args) -> None:
         # ------------------------------------------------------------ 6. policy update
         model.train()
         shuffle = torch.Generator().manual_seed(args.seed + step)
-        totals, grad_norms = defaultdict(float), []  # each stat: its micro-batch's share of a global mean (summed below)
+        totals, grad_norms = {}, []  # each stat: its micro-batch's share of a global mean (summed below), or a max
         for _ in range(args.ppo_epochs):
             for mini in mini_batches(batch, args.num_mini_batches, shuffle):
                 # denominators of the GLOBAL mini-batch (all processes, skipped rows too): any split gives the same step
@@ -317,19 +335,22 @@ def main(args: Args) -> None:
                     with accumulate_gradients(accelerator, model, sync=i == len(plan) - 1):  # all-reduce once, at the end
                         logprobs, entropy = model(mb, args.temperature)  # [B, T]
                         old_logprobs = mb["old_logprobs"] if "old_logprobs" in mb else logprobs.detach()
+                        # the sampler-trainer mismatch, corrected (common/mismatch.py): weights 1 where the engines agree
+                        is_weights = sampler_weights(old_logprobs, mb["sampler_logprobs"], mb["response_mask"],
+                                                     args.sampler_is, args.sampler_is_cap)
                         loss, mb_stats = policy_loss(logprobs, old_logprobs, mb["advantages"], mb["loss_mask"], args,
-                                                     num_tokens=num_tokens)  # [DAPO 3.3]
+                                                     sampler_weights=is_weights, num_tokens=num_tokens)  # [DAPO 3.3]
                         accelerator.backward(loss * accelerator.num_processes)  # DDP averages gradients: undo it
                     mb_stats |= policy_stats(logprobs, old_logprobs, entropy, mb["loss_mask"], num_computed)
-                    for k, v in mb_stats.items():
-                        totals[k] += v
+                    mb_stats |= mismatch_stats(old_logprobs, mb["sampler_logprobs"], is_weights, mb["loss_mask"], num_computed)
+                    add_stats(totals, mb_stats)
                 grad_norm = accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)  # None under DeepSpeed
                 grad_norms.append(float("nan") if grad_norm is None else grad_norm.item())
                 optimizer.step()
                 scheduler.step()
                 optimizer.zero_grad(set_to_none=True)
         # summed over processes too, the stats are global means; then averaged over the optimizer steps
-        stats = {k: global_sum(v) / len(grad_norms) for k, v in totals.items()}
+        stats = step_stats(totals, len(grad_norms))
         if grad_norms:
             stats["losses/grad_norm"] = sum(grad_norms) / len(grad_norms)
         t_train = time.perf_counter()

@@ -28,6 +28,7 @@ from common.evaluation import default_pass_k, evaluate
 from common.generation import SamplingConfig, make_engine
 from common.errors import BadSpec
 from common.model import DEFAULT_MODEL, check_model, load_policy, resolve_model
+from common.precision import resolve_precision
 from common.run import cli
 
 
@@ -61,6 +62,8 @@ class Args:
     """generation engine: vllm, hf (transformers generate) or auto (vllm if installed)"""
     gpu_memory_utilization: float = 0.9
     """vLLM: fraction of GPU memory for weights and KV cache"""
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """generation in bf16 or fp32; auto: bf16 on CUDA and on a CPU with native bf16, else fp32 (printed with why)"""
     output_dir: str | None = None
     """where summary.json and samples.jsonl go; None = results/eval__{model}__{seed}__{time}"""
 
@@ -120,6 +123,8 @@ def main(args: Args) -> dict:
             raise BadSpec(f"--datasets {name}: no problems")
     model_arg = resolve_checkpoint(args.model)
     check_model(model_arg)
+    precision = resolve_precision(args.precision)
+    print(precision)
 
     # ---------------------------------------------------------------- 2. model and engine
     backend = args.backend
@@ -136,7 +141,8 @@ def main(args: Args) -> dict:
                          for ids in tokenize_prompts(tokenizer, [r["question"] for r in rows], args.template))
     engine = make_engine(backend, model_path=model_path, model=lm, tokenizer=tokenizer, seed=args.seed,
                          max_model_len=longest_prompt + args.max_new_tokens,
-                         gpu_memory_utilization=args.gpu_memory_utilization, enable_sleep_mode=False)
+                         gpu_memory_utilization=args.gpu_memory_utilization, enable_sleep_mode=False,
+                         precision=precision)
     sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                               top_k=args.top_k, seed=args.seed)
     out_dir = Path(args.output_dir or f"results/eval__{Path(model_path).name}__{args.seed}__{int(time.time())}")
@@ -157,7 +163,7 @@ def main(args: Args) -> dict:
                 f.write(json.dumps({"dataset": name, **rec}) + "\n")
 
     # ---------------------------------------------------------------- 4. report
-    summary = {"model": args.model, "model_path": model_path, "backend": backend, "results": results,
+    summary = {"model": args.model, "model_path": model_path, "backend": backend, "precision": precision.name, "results": results,
                "seconds": round(time.perf_counter() - t_start, 1), "args": dataclasses.asdict(args)}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     print(format_table(results))

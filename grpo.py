@@ -14,7 +14,6 @@ Usage:
 """
 
 import time
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -30,7 +29,10 @@ from common.model import DEFAULT_MODEL, load_policy, unwrap
 from common.reward import batch_math_reward
 from common.run import (all_gather, check_args, cli, global_sum, latest_checkpoint, load_checkpoint, log_metrics,
                         make_accelerator, make_run_dir, save_checkpoint, seed_everything)
-from common.update import accumulate_gradients, build_optimizer, make_batch, micro_batches, mini_batches, policy_stats
+from common.mismatch import mismatch_stats, sampler_weights
+from common.precision import resolve_precision
+from common.update import (accumulate_gradients, add_stats, build_optimizer, make_batch, micro_batches, mini_batches,
+                           policy_stats, step_stats)
 
 
 @dataclass
@@ -77,6 +79,15 @@ class Args:
     """vLLM: fraction of GPU memory for weights and KV cache (colocated with training)"""
     vllm_sleep: bool = False
     """vLLM on GPU: free the engine's memory during the update (sleep/wake each step)"""
+    # precision and the sampler-trainer mismatch (common/precision.py, common/mismatch.py)
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """bf16: the update under bf16 autocast (fp32 master weights and log-probs) and generation in bf16; auto: bf16 on
+    CUDA and on a CPU with native bf16 (avx512_bf16, amx_bf16), else fp32; the start prints which and why"""
+    sampler_is: Literal["none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = "token_truncate"
+    """weigh each token's policy loss by exp(trainer - sampler log-prob), per token or per sequence, truncated at
+    --sampler-is-cap or masked above it (Yao et al. 2025; TRL's vllm_importance_sampling_mode); none: off"""
+    sampler_is_cap: float = 3.0
+    """the largest importance weight kept (truncate) or not masked (mask)"""
     # optimization
     total_steps: int = 8
     """policy updates (each on prompts_per_step x group_size samples)"""
@@ -123,11 +134,13 @@ def compute_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6
     return (centered / (std + eps)).flatten()
 
 
-def policy_loss(logprobs, old_logprobs, advantages, mask, args: Args, ref_logprobs=None, num_seqs: float | None = None):
+def policy_loss(logprobs, old_logprobs, advantages, mask, args: Args, ref_logprobs=None, num_seqs: float | None = None,
+                sampler_weights=None):
     """Clipped surrogate plus beta * k3 KL, each sequence's token mean averaged over sequences; tensors [B, T], advantages [B].
 
     ref_logprobs: the reference model's log-probs [B, T] (None: no KL term).
     num_seqs: sequences of the global batch (micro-batching); default: the B rows here.
+    sampler_weights: importance weights [B, T] or [B, 1] on the surrogate, not the KL (common/mismatch.py); None: 1.
     """
     mask = mask.float()
     num_seqs = mask.shape[0] if num_seqs is None else num_seqs
@@ -139,6 +152,8 @@ def policy_loss(logprobs, old_logprobs, advantages, mask, args: Args, ref_logpro
     pg_unclipped = -adv * ratio
     pg_clipped = -adv * torch.clamp(ratio, 1 - args.clip_eps, 1 + args.clip_eps)
     per_token = torch.max(pg_unclipped, pg_clipped)  # [B, T]
+    if sampler_weights is not None:  # [Yao et al. 2025] the sampler-trainer mismatch (common/mismatch.py)
+        per_token = per_token * sampler_weights  # [B, T] or [B, 1], detached
     loss = pg_loss = (per_token * weights).sum()
     if ref_logprobs is not None:
         # [GRPO, Eq. 4] k3 estimator of KL(policy || reference): unbiased, and >= 0 token by token
@@ -160,7 +175,8 @@ def main(args: Args) -> None:
     # bad flags and missing paths fail here, before any model is loaded: the common ones, then the script's own
     check_args(args, clip_eps=(0 < args.clip_eps < 1, "must be in (0, 1)"),
                beta=(args.beta >= 0, "must be >= 0"))  # [GRPO, Eq. 3]
-    accelerator = make_accelerator(args)
+    precision = resolve_precision(args.precision)  # fp32, or bf16 where native: printed with why
+    accelerator = make_accelerator(args, precision)
     seed_everything(args.seed)
     rank, world = accelerator.process_index, accelerator.num_processes
     train_rows = load_rows(args.dataset, flag="--dataset")
@@ -183,7 +199,8 @@ def main(args: Args) -> None:
                          max_model_len=prompt_tokens_bound(tokenizer, [r["question"] for r in train_rows + eval_rows],
                                                            args.template) + args.max_new_tokens,
                          kv_cache_seqs=max(args.prompts_per_step // world * args.group_size, len(eval_rows)),
-                         gpu_memory_utilization=args.gpu_memory_utilization, enable_sleep_mode=args.vllm_sleep)
+                         gpu_memory_utilization=args.gpu_memory_utilization, enable_sleep_mode=args.vllm_sleep,
+                         precision=precision)
     if start_step:
         engine.sync_weights(model)
     eval_sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=0.0, seed=args.seed)
@@ -205,7 +222,8 @@ def main(args: Args) -> None:
         rows = rows[rank * per_proc : (rank + 1) * per_proc]
         prompt_ids = tokenize_prompts(tokenizer, [r["question"] for r in rows], args.template)
         sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
-                                  top_k=args.top_k, seed=rollout_seed(args.seed, step, rank, world))
+                                  top_k=args.top_k, seed=rollout_seed(args.seed, step, rank, world),
+                                  logprobs=True)  # the sampler's log-probs: the mismatch (common/mismatch.py)
         engine.wake_up()
         completions = engine.generate(prompt_ids, args.group_size, sampling)  # P*G, groups contiguous
         engine.sleep()
@@ -217,7 +235,8 @@ def main(args: Args) -> None:
         # ------------------------------------------------------------ 4. advantage
         advantages = compute_advantages(rewards, args.group_size, args.adv_eps)  # [N]
         # ------------------------------------------------------------ 5. old log-probs
-        batch = make_batch(prompt_ids, [c.token_ids for c in completions], tokenizer.pad_token_id)  # [N, T], groups recorded
+        batch = make_batch(prompt_ids, [c.token_ids for c in completions], tokenizer.pad_token_id,
+                           [c.logprobs for c in completions])  # [N, T], groups and sampler log-probs recorded
         batch["loss_mask"] = batch["response_mask"]  # [N, T] the tokens the loss sees: every response token
         batch["advantages"] = advantages
         batch["learns"] = (advantages != 0) | (args.beta > 0)  # rows with a gradient: advantage 0 has none but for the KL
@@ -230,7 +249,7 @@ def main(args: Args) -> None:
         # ------------------------------------------------------------ 6. policy update
         model.train()
         shuffle = torch.Generator().manual_seed(args.seed + step)
-        totals, grad_norms = defaultdict(float), []  # each stat: its micro-batch's share of a global mean (summed below)
+        totals, grad_norms = {}, []  # each stat: its micro-batch's share of a global mean (summed below), or a max
         for _ in range(args.ppo_epochs):
             for mini in mini_batches(batch, args.num_mini_batches, shuffle):
                 # denominators of the GLOBAL mini-batch (all processes, skipped rows too): any split gives the same step
@@ -241,19 +260,22 @@ def main(args: Args) -> None:
                     with accumulate_gradients(accelerator, model, sync=i == len(plan) - 1):  # all-reduce once, at the end
                         logprobs, entropy = model(mb, args.temperature)  # [B, T]
                         old_logprobs = mb["old_logprobs"] if "old_logprobs" in mb else logprobs.detach()
+                        # the sampler-trainer mismatch, corrected (common/mismatch.py): weights 1 where the engines agree
+                        is_weights = sampler_weights(old_logprobs, mb["sampler_logprobs"], mb["response_mask"],
+                                                     args.sampler_is, args.sampler_is_cap)
                         loss, mb_stats = policy_loss(logprobs, old_logprobs, mb["advantages"], mb["loss_mask"], args,
-                                                     ref_logprobs=mb.get("ref_logprobs"), num_seqs=num_seqs)  # [GRPO, Eq. 3]
+                                                     sampler_weights=is_weights, ref_logprobs=mb.get("ref_logprobs"), num_seqs=num_seqs)  # [GRPO, Eq. 3]
                         accelerator.backward(loss * accelerator.num_processes)  # DDP averages gradients: undo it
                     mb_stats |= policy_stats(logprobs, old_logprobs, entropy, mb["loss_mask"], num_computed)
-                    for k, v in mb_stats.items():
-                        totals[k] += v
+                    mb_stats |= mismatch_stats(old_logprobs, mb["sampler_logprobs"], is_weights, mb["loss_mask"], num_computed)
+                    add_stats(totals, mb_stats)
                 grad_norm = accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)  # None under DeepSpeed
                 grad_norms.append(float("nan") if grad_norm is None else grad_norm.item())
                 optimizer.step()
                 scheduler.step()
                 optimizer.zero_grad(set_to_none=True)
         # summed over processes too, the stats are global means; then averaged over the optimizer steps
-        stats = {k: global_sum(v) / len(grad_norms) for k, v in totals.items()}
+        stats = step_stats(totals, len(grad_norms))
         if grad_norms:
             stats["losses/grad_norm"] = sum(grad_norms) / len(grad_norms)
         t_train = time.perf_counter()

@@ -15,7 +15,6 @@ Usage:
 """
 
 import time
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -32,7 +31,10 @@ from common.model import DEFAULT_MODEL, load_policy, unwrap
 from common.reward import batch_math_reward
 from common.run import (all_gather, check_args, cli, global_sum, latest_checkpoint, load_checkpoint, log_metrics,
                         make_accelerator, make_run_dir, save_checkpoint, seed_everything)
-from common.update import accumulate_gradients, build_optimizer, make_batch, micro_batches, mini_batches, policy_stats
+from common.mismatch import mismatch_stats, sampler_weights
+from common.precision import resolve_precision
+from common.update import (accumulate_gradients, add_stats, build_optimizer, make_batch, micro_batches, mini_batches,
+                           policy_stats, step_stats)
 
 
 @dataclass
@@ -79,6 +81,15 @@ class Args:
     """vLLM: fraction of GPU memory for weights and KV cache (colocated with training)"""
     vllm_sleep: bool = False
     """vLLM on GPU: free the engine's memory during the update (sleep/wake each step)"""
+    # precision and the sampler-trainer mismatch (common/precision.py, common/mismatch.py)
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """bf16: the update under bf16 autocast (fp32 master weights and log-probs) and generation in bf16; auto: bf16 on
+    CUDA and on a CPU with native bf16 (avx512_bf16, amx_bf16), else fp32; the start prints which and why"""
+    sampler_is: Literal["none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = "token_truncate"
+    """weigh each token's policy loss by exp(trainer - sampler log-prob), per token or per sequence, truncated at
+    --sampler-is-cap or masked above it (Yao et al. 2025; TRL's vllm_importance_sampling_mode); none: off"""
+    sampler_is_cap: float = 3.0
+    """the largest importance weight kept (truncate) or not masked (mask)"""
     # optimization
     total_steps: int = 8
     """policy updates (each on prompts_per_step x group_size samples)"""
@@ -170,10 +181,11 @@ def whiten(advantages: torch.Tensor, mask: torch.Tensor, eps: float = 1e-6) -> t
     return (advantages - mean) / (var.sqrt() + eps) * mask
 
 
-def policy_loss(logprobs, old_logprobs, advantages, mask, args: Args, num_tokens: float | None = None):
+def policy_loss(logprobs, old_logprobs, advantages, mask, args: Args, num_tokens: float | None = None, sampler_weights=None):
     """Vanilla PPO clipped surrogate with token-level aggregation; tensors [B, T], advantages [B, T] too.
 
     num_tokens: response tokens of the global batch (micro-batching); default: those of `mask`.
+    sampler_weights: importance weights [B, T] or [B, 1] on the surrogate (common/mismatch.py); None: 1.
     """
     mask = mask.float()
     num_tokens = mask.sum() if num_tokens is None else num_tokens
@@ -183,6 +195,8 @@ def policy_loss(logprobs, old_logprobs, advantages, mask, args: Args, num_tokens
     pg_unclipped = -adv * ratio
     pg_clipped = -adv * torch.clamp(ratio, 1 - args.clip_eps, 1 + args.clip_eps)
     per_token = torch.max(pg_unclipped, pg_clipped)  # [B, T]
+    if sampler_weights is not None:  # [Yao et al. 2025] the sampler-trainer mismatch (common/mismatch.py)
+        per_token = per_token * sampler_weights  # [B, T] or [B, 1], detached
     # [Lite PPO, Sec. 4.2] token-level aggregation: sum over the batch's tokens / their number
     loss = (per_token * mask).sum() / num_tokens
     with torch.no_grad():
@@ -212,7 +226,8 @@ def main(args: Args) -> None:
                critic_learning_rate=(args.critic_learning_rate > 0, "must be positive"),  # [PPO] the critic's flags
                value_clip=(args.value_clip > 0, "must be positive"), gamma=(0 <= args.gamma <= 1, "must be in [0, 1]"),
                lam=(0 <= args.lam <= 1, "must be in [0, 1]"), kl_coef=(args.kl_coef >= 0, "must be >= 0"))
-    accelerator = make_accelerator(args)
+    precision = resolve_precision(args.precision)  # fp32, or bf16 where native: printed with why
+    accelerator = make_accelerator(args, precision)
     if accelerator.distributed_type == DistributedType.DEEPSPEED:  # [PPO] two models; accelerate: one per DeepSpeed Accelerator
         raise ValueError("ppo_vanilla.py trains two models (policy, critic): use DDP or FSDP, not DeepSpeed")
     seed_everything(args.seed)
@@ -244,7 +259,8 @@ def main(args: Args) -> None:
                          max_model_len=prompt_tokens_bound(tokenizer, [r["question"] for r in train_rows + eval_rows],
                                                            args.template) + args.max_new_tokens,
                          kv_cache_seqs=max(args.prompts_per_step // world * args.group_size, len(eval_rows)),
-                         gpu_memory_utilization=args.gpu_memory_utilization, enable_sleep_mode=args.vllm_sleep)
+                         gpu_memory_utilization=args.gpu_memory_utilization, enable_sleep_mode=args.vllm_sleep,
+                         precision=precision)
     if start_step:
         engine.sync_weights(model)
     eval_sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=0.0, seed=args.seed)
@@ -266,7 +282,8 @@ def main(args: Args) -> None:
         rows = rows[rank * per_proc : (rank + 1) * per_proc]
         prompt_ids = tokenize_prompts(tokenizer, [r["question"] for r in rows], args.template)
         sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
-                                  top_k=args.top_k, seed=rollout_seed(args.seed, step, rank, world))
+                                  top_k=args.top_k, seed=rollout_seed(args.seed, step, rank, world),
+                                  logprobs=True)  # the sampler's log-probs: the mismatch (common/mismatch.py)
         engine.wake_up()
         completions = engine.generate(prompt_ids, args.group_size, sampling)  # P*G, groups contiguous
         engine.sleep()
@@ -276,7 +293,8 @@ def main(args: Args) -> None:
         rewards = torch.tensor(batch_math_reward([c.text for c in completions], answers))  # [N]
         t_reward = time.perf_counter()
         # ------------------------------------------------------------ 4. old log-probs, old values [PPO]
-        batch = make_batch(prompt_ids, [c.token_ids for c in completions], tokenizer.pad_token_id)  # [N, T], groups recorded
+        batch = make_batch(prompt_ids, [c.token_ids for c in completions], tokenizer.pad_token_id,
+                           [c.logprobs for c in completions])  # [N, T], groups and sampler log-probs recorded
         batch["loss_mask"] = batch["response_mask"]  # [N, T] the tokens the loss sees: every response token
         # [PPO] before the advantage, which needs them: GAE the old values, the KL penalty the old log-probs
         batch = {k: v.to(accelerator.device) for k, v in batch.items()}
@@ -297,7 +315,7 @@ def main(args: Args) -> None:
         critic.train()  # [PPO]
         value_grad_norms = []  # [PPO]
         shuffle = torch.Generator().manual_seed(args.seed + step)
-        totals, grad_norms = defaultdict(float), []  # each stat: its micro-batch's share of a global mean (summed below)
+        totals, grad_norms = {}, []  # each stat: its micro-batch's share of a global mean (summed below), or a max
         for _ in range(args.ppo_epochs):
             for mini in mini_batches(batch, args.num_mini_batches, shuffle):
                 # denominators of the GLOBAL mini-batch (all processes), so any micro-batch split gives the same step
@@ -308,8 +326,11 @@ def main(args: Args) -> None:
                     with accumulate_gradients(accelerator, model, sync=i == len(plan) - 1):  # all-reduce once, at the end
                         logprobs, entropy = model(mb, args.temperature)  # [B, T]
                         old_logprobs = mb["old_logprobs"] if "old_logprobs" in mb else logprobs.detach()
+                        # the sampler-trainer mismatch, corrected (common/mismatch.py): weights 1 where the engines agree
+                        is_weights = sampler_weights(old_logprobs, mb["sampler_logprobs"], mb["response_mask"],
+                                                     args.sampler_is, args.sampler_is_cap)
                         loss, mb_stats = policy_loss(logprobs, old_logprobs, mb["advantages"], mb["loss_mask"], args,
-                                                     num_tokens=num_tokens)  # [Lite PPO, Sec. 4.2]
+                                                     sampler_weights=is_weights, num_tokens=num_tokens)  # [Lite PPO, Sec. 4.2]
                         accelerator.backward(loss * accelerator.num_processes)  # DDP averages gradients: undo it
                     # [PPO] the critic, on the same micro-batch: no parameter shared, so its own backward and step
                     with accumulate_gradients(accelerator, critic, sync=i == len(plan) - 1):
@@ -319,8 +340,8 @@ def main(args: Args) -> None:
                     v_clipped = ((values - mb["old_values"]).abs() > args.value_clip).float() * mb["loss_mask"]
                     mb_stats |= {"losses/value_loss": v_loss.item(), "losses/value_clipfrac": v_clipped.sum().item() / num_tokens}
                     mb_stats |= policy_stats(logprobs, old_logprobs, entropy, mb["loss_mask"], num_computed)
-                    for k, v in mb_stats.items():
-                        totals[k] += v
+                    mb_stats |= mismatch_stats(old_logprobs, mb["sampler_logprobs"], is_weights, mb["loss_mask"], num_computed)
+                    add_stats(totals, mb_stats)
                 grad_norm = accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)  # None under DeepSpeed
                 grad_norms.append(float("nan") if grad_norm is None else grad_norm.item())
                 optimizer.step()
@@ -332,7 +353,7 @@ def main(args: Args) -> None:
                 critic_scheduler.step()
                 critic_optimizer.zero_grad(set_to_none=True)
         # summed over processes too, the stats are global means; then averaged over the optimizer steps
-        stats = {k: global_sum(v) / len(grad_norms) for k, v in totals.items()}
+        stats = step_stats(totals, len(grad_norms))
         if grad_norms:
             stats["losses/grad_norm"] = sum(grad_norms) / len(grad_norms)
             stats["losses/value_grad_norm"] = sum(value_grad_norms) / len(value_grad_norms)  # [PPO]

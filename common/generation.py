@@ -27,6 +27,7 @@ import torch
 
 from common import vllm_internals
 from common.model import full_weights, unwrap
+from common.precision import Precision
 
 @dataclass
 class SamplingConfig:
@@ -183,9 +184,10 @@ class VLLMEngine:
 
 
 def _resolve_dtype(dtype: str) -> str:
-    # fp32 on CPU: a CPU without native bf16 runs a bf16 matmul ~400x slower than fp32 (measured on the 2-core
-    # development machines, 2026).
-    return ("float32" if _cpu_only() else "bfloat16") if dtype == "auto" else dtype
+    # "auto" (an engine built outside a script, as the tests do): bf16 where common/precision.py would choose it
+    from common.precision import resolve_precision
+
+    return resolve_precision("auto").vllm_dtype if dtype == "auto" else dtype
 
 
 @contextmanager
@@ -203,9 +205,10 @@ def _preserve_rng():
 class HFEngine:
     """`generate` on the training model itself (no second copy of the weights): simple, slower."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer, *, batch_size: int = 64):
+    def __init__(self, model: torch.nn.Module, tokenizer, *, batch_size: int = 64, dtype: torch.dtype = torch.float32):
         self.model, self.tokenizer = model, tokenizer
         self.batch_size = batch_size  # rows (prompt x sample) per generate call
+        self.dtype = dtype  # bf16: generate under bf16 autocast (the weights stay the trainer's fp32 master copy)
 
     @torch.no_grad()
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingConfig) -> list[Completion]:
@@ -231,7 +234,8 @@ class HFEngine:
         model.eval()
         completions = []
         try:
-            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), \
+                    torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.dtype == torch.bfloat16):
                 torch.manual_seed(sampling.seed)
                 for start in range(0, len(rows), self.batch_size):
                     completions += self._generate_batch(model, rows[start:start + self.batch_size], config,
@@ -273,8 +277,10 @@ class HFEngine:
 
 
 def make_engine(backend: str, *, model_path: str, model, tokenizer, seed: int, max_model_len: int | None,
-                gpu_memory_utilization: float, enable_sleep_mode: bool, kv_cache_seqs: int = 256) -> VLLMEngine | HFEngine:
-    """backend: "vllm" | "hf" | "auto" (vLLM if importable, else HF with a one-line notice).
+                gpu_memory_utilization: float, enable_sleep_mode: bool, kv_cache_seqs: int = 256,
+                precision: Precision | None = None) -> VLLMEngine | HFEngine:
+    """backend: "vllm" | "hf" | "auto" (vLLM if importable, else HF with a one-line notice); precision: the run's
+    (common/precision.py; None: fp32), the dtype vLLM holds the weights in and HF generate's autocast.
 
     max_model_len: the longest prompt + completion vLLM must hold (None: the model's context length);
     kv_cache_seqs: how many such sequences generate at once at most (sizes vLLM's KV cache on CPU)."""
@@ -290,6 +296,7 @@ def make_engine(backend: str, *, model_path: str, model, tokenizer, seed: int, m
     if backend == "hf" or not has_vllm:
         if backend == "auto":
             print("[generation] vllm is not installed: generating with Hugging Face generate")
-        return HFEngine(model, tokenizer)
+        return HFEngine(model, tokenizer, dtype=precision.torch_dtype if precision else torch.float32)
     return VLLMEngine(model_path, seed=seed, max_model_len=max_model_len, kv_cache_seqs=kv_cache_seqs,
-                      gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode)
+                      gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode,
+                      dtype=precision.vllm_dtype if precision else "float32")

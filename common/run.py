@@ -29,6 +29,7 @@ from accelerate.utils import ProjectConfiguration, set_seed
 
 from common.errors import BadSpec, Unavailable, UsageError
 from common.model import check_model, hf_names, unwrap
+from common.precision import Precision
 from common.vllm_internals import verbose
 
 TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}
@@ -44,9 +45,9 @@ def cli(main: Callable, args_type: type) -> None:
         sys.exit(f"error: {e}")
 
 
-def make_accelerator(args) -> Accelerator:
-    """bf16 autocast on GPU, fp32 on CPU (CPUs without native bf16 run it ~400x slower: measured on the
-    2-core development machines, which have none). Trackers write under --output-dir/<run name>."""
+def make_accelerator(args, precision: Precision) -> Accelerator:
+    """bf16 autocast with fp32 master weights, or fp32, as `precision` says (common/precision.py), printed once.
+    Trackers write under --output-dir/<run name>."""
     cuda = torch.cuda.is_available()
     log_with = None if args.track in (None, "none") else args.track
     if log_with is not None and importlib.util.find_spec(TRACKER_PACKAGES[log_with]) is None:
@@ -54,10 +55,11 @@ def make_accelerator(args) -> Accelerator:
                           f"(pip install {TRACKER_PACKAGES[log_with]})")
     # cpu=True makes a multi-process CPU launch (torchrun, `accelerate launch --multi_gpu`) a real gloo process
     # group; without it the processes run as independent copies that never average gradients (docs/design.md).
-    accelerator = Accelerator(cpu=not cuda, mixed_precision="bf16" if cuda else "no", log_with=log_with,
+    accelerator = Accelerator(cpu=not cuda, mixed_precision="bf16" if precision.bf16 else "no", log_with=log_with,
                               project_config=ProjectConfiguration(project_dir=args.output_dir))
     if args.prompts_per_step % accelerator.num_processes:
         raise BadSpec(f"--prompts-per-step {args.prompts_per_step} must be a multiple of the {accelerator.num_processes} processes")
+    accelerator.print(precision)
     return accelerator
 
 
@@ -175,6 +177,11 @@ def global_sum(x: float | torch.Tensor) -> float:
     return all_gather(torch.as_tensor(x, dtype=torch.float64).reshape(1)).sum().item()
 
 
+def global_max(x: float | torch.Tensor) -> float:
+    """The largest of a number over all processes; itself when alone."""
+    return all_gather(torch.as_tensor(x, dtype=torch.float64).reshape(1)).max().item()
+
+
 def check_args(args, **checks: tuple[bool, str]) -> None:
     """Reject bad flag values before any model or data is loaded; each error names its flag.
 
@@ -199,6 +206,7 @@ def check_args(args, **checks: tuple[bool, str]) -> None:
     need(args.num_mini_batches >= 1, "num_mini_batches", "must be positive")
     need(args.micro_batch_tokens >= 1, "micro_batch_tokens", "must be positive")
     need(args.eval_every >= 1 and args.save_every >= 1, "eval_every", "--eval-every and --save-every must be positive")
+    need(args.sampler_is_cap > 0, "sampler_is_cap", "must be positive")
     need(not args.resume or args.run_name is not None, "resume", "needs --run-name (the run to continue)")
     if args.run_name is not None and not args.resume:
         need(not (Path(args.output_dir) / args.run_name / "metrics.jsonl").exists(), "run_name",

@@ -8,6 +8,7 @@ Batch layout: a dict of tensors, one row per sample (prompt + completion, right-
     loss_mask       [N, T]  the tokens the loss sees (the script sets it: the response, or less)
     prompt_lens     [N]     where each row's completion starts
     group           [N]     the row's prompt: rows i and j share their prompt iff group[i] == group[j]
+    sampler_logprobs [N, T] the engine's log-probs of the completion tokens (common/mismatch.py), when given
     ...             [N, T] or [N]  what the script adds (old_logprobs, advantages, a loss mask, ...)
 `logprobs[n, t]` is log p(input_ids[n, t] | input_ids[n, :t]): aligned with input_ids, so the
 same mask selects tokens, log-probs and advantages. The rollout knows the group structure (P prompts
@@ -29,13 +30,16 @@ from accelerate.utils import DistributedType
 from torch import nn
 
 from common.errors import BadSpec
-from common.run import all_gather
+from common.run import all_gather, global_max, global_sum
 
 
-def make_batch(prompt_ids: list[list[int]], completion_ids: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
+def make_batch(prompt_ids: list[list[int]], completion_ids: list[list[int]], pad_id: int,
+               completion_logprobs: list[list[float] | None] | None = None) -> dict[str, torch.Tensor]:
     """Right-padded rows (layout in the module docstring) of P prompts and their P*G completions.
 
     Completion i answers prompt i // G (groups contiguous, as the engines return them), G = len(completion_ids) / P.
+    completion_logprobs: the sampler's log-prob of each completion token, as the engines return them; given, they
+    become "sampler_logprobs" [N, T], aligned like input_ids (0 off the response).
     """
     if prompt_ids and len(completion_ids) % len(prompt_ids):
         raise ValueError(f"{len(completion_ids)} completions for {len(prompt_ids)} prompts: not a whole group each")
@@ -51,8 +55,16 @@ def make_batch(prompt_ids: list[list[int]], completion_ids: list[list[int]], pad
         input_ids[i, : len(p) + len(c)] = torch.tensor(p + c)
         attention_mask[i, : len(p) + len(c)] = 1
         response_mask[i, len(p) : len(p) + len(c)] = 1
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "response_mask": response_mask,
-            "prompt_lens": prompt_lens, "group": group}
+    batch = {"input_ids": input_ids, "attention_mask": attention_mask, "response_mask": response_mask,
+             "prompt_lens": prompt_lens, "group": group}
+    if completion_logprobs is not None:
+        if any(lp is None or len(lp) != len(c) for lp, c in zip(completion_logprobs, completion_ids)):
+            raise ValueError("the sampler's log-probs need one value per completion token (SamplingConfig(logprobs=True))")
+        batch["sampler_logprobs"] = torch.zeros_like(input_ids, dtype=torch.float32)
+        for i, lp in enumerate(completion_logprobs):
+            start = int(prompt_lens[i])
+            batch["sampler_logprobs"][i, start : start + len(lp)] = torch.tensor(lp, dtype=torch.float32)
+    return batch
 
 
 def select(batch: dict[str, torch.Tensor], idx: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -152,6 +164,20 @@ def policy_stats(logprobs: torch.Tensor, old_logprobs: torch.Tensor, entropy: to
     if not num_tokens:
         return {"losses/entropy": float("nan"), "losses/approx_kl": float("nan")}
     return {"losses/entropy": (entropy * mask).sum().item() / num_tokens, "losses/approx_kl": (kl * mask).sum().item() / num_tokens}
+
+
+def add_stats(totals: dict[str, float], stats: dict[str, float]) -> None:
+    """Add a micro-batch's stats to the step's `totals`: shares of a global mean add up, a `_max` key keeps the
+    largest (every process adds the same keys in the same order: `step_stats` reduces them collectively)."""
+    for k, v in stats.items():
+        totals[k] = max(totals.get(k, float("-inf")), v) if k.endswith("_max") else totals.get(k, 0.0) + v
+
+
+def step_stats(totals: dict[str, float], num_steps: int) -> dict[str, float]:
+    """The step's stats over all processes: each mean summed over processes and averaged over the `num_steps`
+    optimizer steps, each `_max` the largest anywhere (nan where nothing was computed)."""
+    stats = {k: global_max(v) if k.endswith("_max") else global_sum(v) / num_steps for k, v in totals.items()}
+    return {k: float("nan") if v == float("-inf") else v for k, v in stats.items()}
 
 
 def build_optimizer(model: nn.Module, lr: float, weight_decay: float, warmup_steps: int, total_steps: int, schedule: str):

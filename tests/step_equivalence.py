@@ -29,11 +29,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common.generation import Completion  # noqa: E402
 
 MAX_NEW_TOKENS = 10
+# How far two runs of the same update may land apart ("the same update"), by precision. fp32 sums in another order
+# (micro-batches, all-reduce) differ by ~1e-7 relative: 1e-5. bf16 autocast rounds each matmul's inputs to 8
+# significant bits, and a micro-batch split or a process split changes the matmuls' shapes (rows, padded width), so
+# their roundings differ: measured here over the four scripts' steps (which move parameters by 0.07-0.11),
+# micro-batched vs whole 7e-4 to 9e-4, two processes vs one 6e-4 to 2.6e-3 (ppo_vanilla, two models); allowed
+# 1e-2, about 4x the largest measured and a tenth of the step, which a wrong denominator or a lost row exceeds.
+ATOL = {"fp32": 1e-5, "bf16": 1e-2}
 
 
 class FixedEngine:
     """Completions that depend on (prompt, sample index) only: 2..MAX_NEW_TOKENS random tokens, the longest
-    ones cut at the limit (truncated), the others ending in EOS."""
+    ones cut at the limit (truncated), the others ending in EOS, with random "sampler" log-probs."""
 
     def __init__(self, tokenizer, out_dir: Path):
         self.eos, self.vocab = tokenizer.eos_token_id, len(tokenizer)
@@ -54,7 +61,9 @@ class FixedEngine:
                 truncated = length == MAX_NEW_TOKENS
                 if not truncated:
                     tokens[-1] = self.eos
-                completions.append(Completion(tokens, f"{key} {i} {position} {len(prompt_ids) * self.world}", truncated, None))
+                # a sampler's log-probs unlike the trainer's: importance weights from ~e^-7 to ~e^5, below and above any cap
+                logprobs = (-1 - 7 * torch.rand(length, generator=g)).tolist() if sampling.logprobs else None
+                completions.append(Completion(tokens, f"{key} {i} {position} {len(prompt_ids) * self.world}", truncated, logprobs))
         if sampling.temperature > 0:  # a training rollout, not an eval
             self.record["prompts"] += len(prompt_ids)
             self.record["truncated"] += [c.truncated for c in completions]
@@ -101,6 +110,7 @@ def sgd(model, lr, weight_decay, warmup_steps, total_steps, schedule):
 def run_step(algo: str, model_dir: str, out_dir: str, *flags: str) -> tuple[dict[str, torch.Tensor], int]:
     """main() of `algo` for one step; returns (the checkpoint's weights, the world size)."""
     import tyro
+    from accelerate.state import AcceleratorState
     from safetensors.torch import load_file
 
     script = importlib.import_module(algo)
@@ -137,6 +147,9 @@ def run_step(algo: str, model_dir: str, out_dir: str, *flags: str) -> tuple[dict
         stack.enter_context(mock.patch.object(script.LogprobModel, "forward", counted_forward))
         if not skip:
             stack.enter_context(mock.patch.object(script, "micro_batches", lambda batch, budget, skip=None: split(batch, budget)))
+        if not torch.distributed.is_initialized():  # accelerate keeps one state per process: fresh for each precision
+            stack.callback(AcceleratorState._reset_state, reset_partial_state=True)
+            AcceleratorState._reset_state(reset_partial_state=True)
         script.main(args)
     engine["engine"].record["rewards"] = engine.pop("rewards", [])[-len(engine["engine"].record["truncated"]):]
     engine["engine"].save()

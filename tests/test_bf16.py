@@ -72,13 +72,7 @@ def test_on_policy_ratios_are_one_in_bf16(attn):
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("algo", ["lite_ppo", "grpo"])
 def test_a_few_update_steps_in_bf16_are_finite(algo, tiny_model_path, tmp_path, monkeypatch):
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState
-
     script = __import__(algo)
-    # the accelerator the scripts build on CUDA (mixed_precision="bf16"), here on the CPU; accelerate keeps one state
-    # per process, so start from a fresh one and leave a fresh one behind
-    monkeypatch.setattr(script, "make_accelerator", lambda args: Accelerator(cpu=True, mixed_precision="bf16"))
     dtypes, load_policy = set(), script.load_policy
 
     def recording_load_policy(*args, **kwargs):  # the dtype the policy's projections compute in
@@ -87,11 +81,8 @@ def test_a_few_update_steps_in_bf16_are_finite(algo, tiny_model_path, tmp_path, 
         return path, lm, tokenizer
 
     monkeypatch.setattr(script, "load_policy", recording_load_policy)
-    AcceleratorState._reset_state(reset_partial_state=True)
-    try:
-        params, _ = run_step(algo, tiny_model_path, str(tmp_path), "--total-steps", "3")
-    finally:
-        AcceleratorState._reset_state(reset_partial_state=True)
+    # --precision bf16: the accelerator the scripts build on CUDA (mixed_precision="bf16"), here on the CPU
+    params, _ = run_step(algo, tiny_model_path, str(tmp_path), "--total-steps", "3", "--precision", "bf16")
     assert torch.bfloat16 in dtypes  # the update ran under bf16 autocast (fp32 master weights: saved as fp32)
     assert all(torch.isfinite(v).all() and v.dtype == torch.float32 for v in params.values())
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
