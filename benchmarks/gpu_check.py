@@ -9,7 +9,9 @@ What it runs, each step printed as it goes and a table at the end:
   2. `lite_ppo.py --backend hf` for --steps steps on --model (default: the embedded SmolLM2), in bf16 on CUDA
      (the scripts' own choice there), fp32 on CPU;
   3. the same with `--backend vllm` when vLLM is installed.
-Per run: generation, reward, update and sync seconds per step (medians over the steps after the first), completion
+Per run: the precision it chose and why (its start line), the sampler-trainer mismatch (median per-token |log-prob
+difference| and KL over the steps, the largest token ratio either way: common/mismatch.py), generation, reward,
+update and sync seconds per step (medians over the steps after the first), completion
 tokens/s end to end, and the update's MFU: model FLOPs of the update (6 x non-embedding parameters x tokens
 computed: every distinct prompt once, as the shared-prompt forward runs it, plus every completion token; plus
 6 x vocabulary x hidden per completion token for the LM head), divided by the update's seconds and the device's
@@ -66,8 +68,9 @@ def model_flops_per_step(run_dir: Path) -> list[float]:
     return flops
 
 
-def run_script(backend: str, model: str, steps: int, out: Path) -> dict:
-    cmd = [sys.executable, str(ROOT / "lite_ppo.py"), "--model", model, "--backend", backend, "--total-steps", str(steps),
+def run_script(backend: str, model: str, dataset: str, steps: int, out: Path) -> dict:
+    cmd = [sys.executable, str(ROOT / "lite_ppo.py"), "--model", model, "--dataset", dataset, "--backend", backend,
+           "--total-steps", str(steps),
            "--output-dir", str(out), "--run-name", backend, "--eval-size", "8", "--eval-every", str(10**6),
            "--save-every", str(10**6)]
     start = time.perf_counter()
@@ -80,7 +83,14 @@ def run_script(backend: str, model: str, steps: int, out: Path) -> dict:
     timed = train[1:] or train  # the first step warms up (kernels, caches)
     median = {k: statistics.median(m[f"time/{k}"] for m in timed) for k in ("generation", "reward", "training", "sync")}
     flops = model_flops_per_step(run_dir)[len(train) - len(timed):]
-    return {"backend": backend, "wall_s": time.perf_counter() - start, "steps": len(train), **median,
+    precision = next((line for line in result.stdout.splitlines() if line.startswith("precision: ")), "precision: ?")
+    seen = lambda key: [m[key] for m in train if m.get(key) is not None]  # noqa: E731 (null: a step with no row computed)
+    mismatch = {"sampler_abs_diff": statistics.median(seen("rollout/sampler_abs_diff") or [float("nan")]),
+                "sampler_kl": statistics.median(seen("rollout/sampler_kl") or [float("nan")]),
+                "sampler_ratio_max": max(seen("rollout/sampler_ratio_max") + seen("rollout/sampler_inv_ratio_max"),
+                                         default=float("nan"))}
+    return {"backend": backend, "precision": precision, **mismatch, "wall_s": time.perf_counter() - start,
+            "steps": len(train), **median,
             "tok_per_s": statistics.median(m["charts/tokens_per_sec"] for m in timed),
             "update_tflops": statistics.median(f / m["time/training"] / 1e12 for f, m in zip(flops, timed)),
             "final_accuracy": next((m["eval/accuracy"] for m in reversed(metrics) if "eval/accuracy" in m), None)}
@@ -89,6 +99,7 @@ def run_script(backend: str, model: str, steps: int, out: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m-instruct", help="what lite_ppo.py trains (default: the embedded model)")
+    parser.add_argument("--dataset", default="arithmetic:digits=1", help="what lite_ppo.py trains on (its default)")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--short", action="store_true", help="skip the test suite and vLLM; for a CPU and a tiny model")
     parser.add_argument("--peak-tflops", type=float, default=None, help="the device's peak bf16 TFLOP/s (default: by name)")
@@ -105,16 +116,19 @@ def main() -> None:
     rows = []
     for backend in backends:
         print(f"[gpu_check] lite_ppo.py --backend {backend}, {args.steps} steps ...", flush=True)
-        rows.append(run_script(backend, args.model, args.steps, out))
-    print("\n| backend | steps | generation s | reward s | update s | sync s | tok/s | update TFLOP/s | MFU | final accuracy |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        rows.append(run_script(backend, args.model, args.dataset, args.steps, out))
+    print("\n| backend | steps | generation s | reward s | update s | sync s | tok/s | update TFLOP/s | MFU | final accuracy "
+          "| sampler \\|diff\\| | sampler KL | largest ratio |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         if "error" in r:
             print(f"| {r['backend']} | failed: {r['error']} |")
             continue
         mfu = f"{r['update_tflops'] / peak:.1%}" if peak else "n/a"
         print(f"| {r['backend']} | {r['steps']} | {r['generation']:.2f} | {r['reward']:.3f} | {r['training']:.2f} | "
-              f"{r['sync']:.2f} | {r['tok_per_s']:.1f} | {r['update_tflops']:.4f} | {mfu} | {r['final_accuracy']:.3f} |")
+              f"{r['sync']:.2f} | {r['tok_per_s']:.1f} | {r['update_tflops']:.4f} | {mfu} | {r['final_accuracy']:.3f} | "
+              f"{r['sampler_abs_diff']:.2e} | {r['sampler_kl']:.2e} | {r['sampler_ratio_max']:.3f} |")
+        print(f"[gpu_check] {r['backend']}: {r['precision']}")
     (out / "gpu_check.json").write_text(json.dumps({"device": device, "peak_tflops": peak, "runs": rows}, indent=2))
 
 

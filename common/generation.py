@@ -114,6 +114,7 @@ class VLLMEngine:
                 raise RuntimeError(f"LOCAL_RANK {os.environ['LOCAL_RANK']} but {torch.cuda.device_count()} visible GPU(s): "
                                    "vLLM's external launcher needs every GPU of the node visible to every process")
         self.sleep_mode, self.asleep = enable_sleep_mode, False
+        self.dtype = getattr(torch, _resolve_dtype(dtype))  # the dtype vLLM holds the weights in
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         try:
             generation_config = GenerationConfig.from_pretrained(model_path)
@@ -159,8 +160,8 @@ class VLLMEngine:
         Call it on every process: under ZeRO-3 / FSDP the gathers of the full weights are collective."""
         if self.asleep:
             self.wake_up()
-        with full_weights(model) as weights:
-            vllm_internals.reload_weights(self.llm, weights, self.tied_lm_head)
+        with full_weights(model) as weights:  # cast one tensor at a time to the engine's dtype (bf16 or fp32)
+            vllm_internals.reload_weights(self.llm, ((name, w.to(self.dtype)) for name, w in weights), self.tied_lm_head)
 
     def sleep(self) -> None:
         """Free GPU memory for training between rollouts (weights offloaded to CPU, KV cache dropped)."""
@@ -184,10 +185,9 @@ class VLLMEngine:
 
 
 def _resolve_dtype(dtype: str) -> str:
-    # "auto" (an engine built outside a script, as the tests do): bf16 where common/precision.py would choose it
-    from common.precision import resolve_precision
-
-    return resolve_precision("auto").vllm_dtype if dtype == "auto" else dtype
+    # "auto", an engine built outside a script (tests, benchmarks): bf16 on CUDA, fp32 on CPU, whatever the CPU; the
+    # scripts and eval.py pass their --precision's dtype (common/precision.py)
+    return ("float32" if _cpu_only() else "bfloat16") if dtype == "auto" else dtype
 
 
 @contextmanager

@@ -124,6 +124,8 @@ def run_step(algo: str, model_dir: str, out_dir: str, *flags: str) -> tuple[dict
     argv = ["--model", model_dir, "--backend", "hf", "--dataset", "arithmetic:digits=1", "--total-steps", "1",
             "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", str(MAX_NEW_TOKENS), "--eval-size", "1",
             "--ppo-epochs", "2", "--output-dir", str(out), "--run-name", "run", *flags]
+    if "--precision" not in flags:  # fp32 unless a test asks for bf16: the same numbers on every machine
+        argv += ["--precision", "fp32"]
     if algo == "dapo":
         argv += ["--overlong-filter"]
     args = tyro.cli(script.Args, args=argv)

@@ -7,12 +7,16 @@ from pathlib import Path
 
 import pytest
 
+from common.precision import resolve_precision
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.timeout(600)
-def test_gpu_check_short_mode_reports_phases_and_mfu(tiny_model_path, tmp_path):
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--short", "--model", tiny_model_path, "--steps", "2",
+def test_gpu_check_short_mode_reports_phases_and_mfu(tiny_model_path, tiny_math_data, tmp_path):
+    # tiny_math_data: problems the tiny model sometimes solves, so some rows learn and the mismatch is measured
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--short", "--model", tiny_model_path,
+           "--dataset", tiny_math_data, "--steps", "2",
            "--peak-tflops", "0.1", "--out", str(tmp_path)]
     result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -24,3 +28,9 @@ def test_gpu_check_short_mode_reports_phases_and_mfu(tiny_model_path, tmp_path):
         assert run[key] > 0, key
     row = next(line for line in result.stdout.splitlines() if line.startswith("| hf |"))
     assert f"{run['update_tflops'] / 0.1:.1%}" in row  # the MFU column: update FLOP/s over the peak
+    # the run's own start line: the precision this machine chose, and the mismatch it measured
+    expected = resolve_precision("auto")
+    assert run["precision"] == str(expected)
+    assert run["sampler_abs_diff"] >= 0 and run["sampler_ratio_max"] >= 1
+    if expected.name == "fp32":  # HF generate and the trainer are one fp32 model: the same log-probs up to round-off
+        assert run["sampler_abs_diff"] < 1e-4 and run["sampler_ratio_max"] < 1.001
