@@ -135,6 +135,10 @@ class Args:
     """checkpoints kept (the newest)"""
 
 
+# [PPO] the generic checks of tests/test_forks.py that cannot apply here, with why (a fork of this file inherits it)
+CHECKS_OFF = {"zero_row_skip": "the critic learns from every row, so the update computes them all"}
+
+
 def last_token_rewards(rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """[PPO, ORZ] each sample's reward [N] at its last response token, 0 elsewhere: [N, T]."""
     last = response_mask.cumsum(-1).argmax(-1)  # [N]: the first column of the maximum count = the last response token

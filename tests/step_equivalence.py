@@ -3,6 +3,9 @@
     python tests/step_equivalence.py ALGO MODEL_DIR OUT_DIR [--micro-batch-tokens N ...] [--rewards MODE] [--no-skip]
     torchrun --nproc_per_node 2 tests/step_equivalence.py ALGO MODEL_DIR OUT_DIR
 
+ALGO is any script of the lineage by module name (lite_ppo, a fork on PYTHONPATH, ...) that keeps the skeleton's
+names: main, Args, LogprobModel, make_engine, batch_math_reward, build_optimizer, micro_batches.
+
 What runs is the script's main() itself (setup, rollout, reward, advantages, old/ref log-probs, its update loop,
 checkpoint), with three stand-ins: an engine whose completions are a fixed function of (prompt, sample index),
 so every world size sees the same global batch; rewards that are a fixed function of the completion; and SGD with
@@ -27,6 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common.generation import Completion  # noqa: E402
+from tools.lineage import ancestors  # noqa: E402
 
 MAX_NEW_TOKENS = 10
 # How far two runs of the same update may land apart ("the same update"), by precision. fp32 sums in another order
@@ -114,8 +118,10 @@ def run_step(algo: str, model_dir: str, out_dir: str, *flags: str) -> tuple[dict
     from safetensors.torch import load_file
 
     script = importlib.import_module(algo)
+    # a DAPO (or a fork of it) filters uniform groups: every group mixed, so each world size keeps the same ones
+    dapo = "dapo.py" in ancestors(f"{algo}.py", Path(script.__file__).parent)
     flags = list(flags)
-    rewards = flags.pop(flags.index("--rewards") + 1) if "--rewards" in flags else "mixed" if algo == "dapo" else "half"
+    rewards = flags.pop(flags.index("--rewards") + 1) if "--rewards" in flags else "mixed" if dapo else "half"
     flags = [f for f in flags if f != "--rewards"]
     skip = "--no-skip" not in flags
     flags = [f for f in flags if f != "--no-skip"]
@@ -126,7 +132,7 @@ def run_step(algo: str, model_dir: str, out_dir: str, *flags: str) -> tuple[dict
             "--ppo-epochs", "2", "--output-dir", str(out), "--run-name", "run", *flags]
     if "--precision" not in flags:  # fp32 unless a test asks for bf16: the same numbers on every machine
         argv += ["--precision", "fp32"]
-    if algo == "dapo":
+    if dapo:
         argv += ["--overlong-filter"]
     args = tyro.cli(script.Args, args=argv)
     engine = {}

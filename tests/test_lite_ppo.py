@@ -15,8 +15,8 @@ from tests.torchrun import torchrun
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def tiny_args(model: str, data: str, out: Path, name: str, *extra: str) -> list[str]:
-    return [sys.executable, str(ROOT / "lite_ppo.py"), "--model", model, "--dataset", data, "--eval-dataset", data,
+def tiny_args(model: str, data: str, out: Path, name: str, *extra: str, script: Path = ROOT / "lite_ppo.py") -> list[str]:
+    return [sys.executable, str(script), "--model", model, "--dataset", data, "--eval-dataset", data,
             "--output-dir", str(out), "--run-name", name,
             "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "12", "--eval-size", "8",
             "--learning-rate", "1e-3", *extra]
@@ -109,10 +109,17 @@ def test_a_finished_run_is_never_appended_to_without_resume(tiny_model_path, tin
 
 @pytest.mark.timeout(900)
 def test_kill_dash_nine_then_resume_ends_with_the_same_weights(tiny_model_path, tiny_math_data, tmp_path):
-    common = ("--backend", "hf", "--total-steps", "8", "--save-every", "1", "--eval-every", "4", "--keep-checkpoints", "2")
-    run(tiny_args(tiny_model_path, tiny_math_data, tmp_path, "straight", *common))
+    kill_and_resume(ROOT / "lite_ppo.py", tiny_model_path, tiny_math_data, tmp_path)
 
-    proc = subprocess.Popen(tiny_args(tiny_model_path, tiny_math_data, tmp_path, "killed", *common), cwd=ROOT,
+
+def kill_and_resume(script: Path, tiny_model_path: str, tiny_math_data: str, tmp_path: Path, *flags: str) -> None:
+    """Run `script` straight for 8 steps, and again killed with SIGKILL after its first checkpoint, then resumed:
+    the same weights, bitwise, and every step logged once (tests/test_forks.py runs it on every fork)."""
+    common = ("--backend", "hf", "--total-steps", "8", "--save-every", "1", "--eval-every", "4", "--keep-checkpoints", "2",
+              *flags)
+    run(tiny_args(tiny_model_path, tiny_math_data, tmp_path, "straight", *common, script=script))
+
+    proc = subprocess.Popen(tiny_args(tiny_model_path, tiny_math_data, tmp_path, "killed", *common, script=script), cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ckpts = tmp_path / "killed" / "checkpoints"
     deadline = time.time() + 600
@@ -125,7 +132,7 @@ def test_kill_dash_nine_then_resume_ends_with_the_same_weights(tiny_model_path, 
     assert last < 8
     # a save that a kill interrupted: never taken for a checkpoint
     (ckpts / f".tmp-step-{last + 1}" / "state").mkdir(parents=True, exist_ok=True)
-    result = run(tiny_args(tiny_model_path, tiny_math_data, tmp_path, "killed", *common, "--resume"))
+    result = run(tiny_args(tiny_model_path, tiny_math_data, tmp_path, "killed", *common, "--resume", script=script))
     assert "resumed from" in result.stdout and f"step-{last}" in result.stdout
     # metrics.jsonl: what the killed run logged after its checkpoint was dropped, so every step appears once
     resumed_rows = metrics(tmp_path / "killed")

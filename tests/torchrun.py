@@ -20,7 +20,9 @@ def free_port() -> int:
 
 
 def torchrun(script: str, *args: str, log_dir: Path, timeout: int = 300, nproc: int = 2) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    # the repository, then what the caller put on PYTHONPATH (a fork's scratch copy: tests/test_forks.py)
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
            str(free_port()), "--log-dir", str(log_dir), "--redirects", "3", str(ROOT / "tests" / script), *args]
     result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
