@@ -1,4 +1,4 @@
-"""Fork a script to try a new trick: the copy, its header set, and the README's lineage table regenerated.
+"""Fork a script to try a new trick: the copy, with its header set for the lineage.
 
     python tools/fork.py lite_ppo.py my_trick.py --paper 'My Trick (Doe et al., 2026, arXiv 2601.00001)' \
         --trick 'advantage = ... (Sec. 3)'          # writes my_trick.py, ready to edit
@@ -8,8 +8,8 @@
 The fork is its parent with a new header docstring: the title, the paper, "Parent: <parent>" and the trick as a
 numbered list, the lines tools/lineage.py reads. From then on `make test` checks it like the four scripts
 (tests/test_forks.py): the update exact whole, micro-batched and on two processes, the zero-row skip exact, kill -9
-and resume, every changed hunk inside the algorithm's functions or marked (`# [My Trick, Sec. 3] what`), and the
-README's lineage table. A check that cannot apply to the fork's loss is declared in the fork itself, in a
+and resume, every changed hunk inside the algorithm's functions or marked (`# [My Trick, Sec. 3] what`), and its
+generated lineage row (`python tools/lineage.py --fork my_trick.py`; the README's table shows the design's four). A check that cannot apply to the fork's loss is declared in the fork itself, in a
 module-level `CHECKS_OFF = {"check name": "why"}` (tests/test_forks.py lists the names), never by editing tests.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tools.lineage import lineage, replace_section, section, unified_diff  # noqa: E402
+from tools.lineage import lineage, unified_diff  # noqa: E402
 
 
 def fork_source(parent_source: str, parent: str, child: str, paper: str, trick: str) -> str:
@@ -72,12 +72,6 @@ def apply_patch(patch: str, root: Path = ROOT) -> tuple[str, str]:
     return child, "\n".join(out + old[pos:]) + "\n"
 
 
-def write_readme(root: Path = ROOT) -> None:
-    readme = root / "README.md"
-    if readme.exists():
-        readme.write_text(replace_section(readme.read_text(), section()))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("parent", nargs="?", help="the script to fork (lite_ppo.py, grpo.py, dapo.py, ppo_vanilla.py)")
@@ -107,9 +101,8 @@ def main() -> None:
     if (ROOT / child).exists():
         raise SystemExit(f"{child} exists already: choose another name or remove it first")
     (ROOT / child).write_text(source)
-    write_readme()
-    print(f"wrote {child} (parent {lineage().get(child)}) and the README's lineage table; edit its loss, then "
-          f"`make test` (tests/test_forks.py checks it)")
+    print(f"wrote {child} (parent {lineage().get(child)}); edit its loss, then `make test` (tests/test_forks.py "
+          f"checks it); `python tools/lineage.py --fork {child}` shows its lineage row and diff")
 
 
 if __name__ == "__main__":
