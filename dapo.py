@@ -240,7 +240,7 @@ def main(args: Args) -> None:
                max_gen_rounds=(args.max_gen_rounds >= 1, "must be positive"),
                overlong_cache_len=(args.overlong_cache_len is None or 0 <= args.overlong_cache_len <= args.max_new_tokens,
                                    "must be in [0, --max-new-tokens]"))
-    precision = resolve_precision(args.precision)  # fp32, or bf16 where native: printed with why
+    precision = resolve_precision(args.precision)  # fp32, or bf16 where native and faster: printed with why
     accelerator = make_accelerator(args, precision)
     seed_everything(args.seed)
     rank, world = accelerator.process_index, accelerator.num_processes

@@ -175,7 +175,7 @@ def main(args: Args) -> None:
     # bad flags and missing paths fail here, before any model is loaded: the common ones, then the script's own
     check_args(args, clip_eps=(0 < args.clip_eps < 1, "must be in (0, 1)"),
                beta=(args.beta >= 0, "must be >= 0"))  # [GRPO, Eq. 3]
-    precision = resolve_precision(args.precision)  # fp32, or bf16 where native: printed with why
+    precision = resolve_precision(args.precision)  # fp32, or bf16 where native and faster: printed with why
     accelerator = make_accelerator(args, precision)
     seed_everything(args.seed)
     rank, world = accelerator.process_index, accelerator.num_processes

@@ -191,7 +191,7 @@ def main(args: Args) -> None:
     check_args(args, clip_eps=(0 < args.clip_eps < 1, "must be in (0, 1)"),
                clip_eps_high=(args.clip_eps_high is None or args.clip_eps_high > 0, "must be > 0"),
                wrong_reward=(args.wrong_reward < 1, "must be below the right answer's reward, 1"))
-    precision = resolve_precision(args.precision)  # fp32, or bf16 where native: printed with why
+    precision = resolve_precision(args.precision)  # fp32, or bf16 where native and faster: printed with why
     accelerator = make_accelerator(args, precision)
     seed_everything(args.seed)
     rank, world = accelerator.process_index, accelerator.num_processes

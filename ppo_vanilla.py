@@ -230,7 +230,7 @@ def main(args: Args) -> None:
                critic_learning_rate=(args.critic_learning_rate > 0, "must be positive"),  # [PPO] the critic's flags
                value_clip=(args.value_clip > 0, "must be positive"), gamma=(0 <= args.gamma <= 1, "must be in [0, 1]"),
                lam=(0 <= args.lam <= 1, "must be in [0, 1]"), kl_coef=(args.kl_coef >= 0, "must be >= 0"))
-    precision = resolve_precision(args.precision)  # fp32, or bf16 where native: printed with why
+    precision = resolve_precision(args.precision)  # fp32, or bf16 where native and faster: printed with why
     accelerator = make_accelerator(args, precision)
     if accelerator.distributed_type == DistributedType.DEEPSPEED:  # [PPO] two models; accelerate: one per DeepSpeed Accelerator
         raise ValueError("ppo_vanilla.py trains two models (policy, critic): use DDP or FSDP, not DeepSpeed")

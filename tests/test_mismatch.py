@@ -11,10 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from common import precision
 from common.errors import BadSpec
 from common.mismatch import MODES, mismatch_stats, sampler_weights
-from common.precision import cpu_bf16_flags, native_bf16, resolve_precision
+from common.precision import (BF16_MIN_SPEEDUP, bf16_speedup, cpu_bf16_flags, native_bf16,
+                              resolve_precision)
 from common.update import add_stats, step_stats
+from tests.torchrun import torchrun
 
 ROOT = Path(__file__).resolve().parents[1]
 ZEN3 = "processor\t: 0\nflags\t\t: fpu sse sse2 avx avx2 fma f16c\n"  # an AMD EPYC 7003 (no AVX-512)
@@ -31,18 +34,42 @@ def test_native_bf16_is_read_from_the_cpu_flags(monkeypatch):
     assert native_bf16(ZEN3)[0] is False and native_bf16(ZEN4)[0] is True
 
 
-def test_auto_is_bf16_only_where_native_and_every_choice_says_why(monkeypatch):
+def test_auto_is_bf16_only_where_native_and_faster_and_every_choice_says_why(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    auto_old, auto_new = resolve_precision("auto", ZEN3), resolve_precision("auto", ZEN4)
-    assert (auto_old.name, auto_new.name) == ("fp32", "bf16")
+    auto_old = resolve_precision("auto", ZEN3, speedup=5.0)  # no flag: fp32 whatever a probe would say
+    auto_fast, auto_slow = resolve_precision("auto", ZEN4, speedup=2.5), resolve_precision("auto", ZEN4, speedup=0.61)
+    assert (auto_old.name, auto_fast.name, auto_slow.name) == ("fp32", "bf16", "fp32")
+    assert resolve_precision("auto", ZEN4, speedup=BF16_MIN_SPEEDUP).name == "bf16"  # the bar itself passes
     assert str(auto_old).startswith("precision: fp32 (auto: this CPU has no native bf16")
-    assert "avx512_bf16 in /proc/cpuinfo" in str(auto_new)
+    assert "avx512_bf16 in /proc/cpuinfo, and a bf16 layer's forward+backward runs 2.50x the speed of fp32" in str(auto_fast)
+    assert str(auto_slow).endswith("runs 0.61x the speed of fp32 here (bf16 needs 1.2x))")
     forced = resolve_precision("bf16", ZEN3)  # runs, and says once that it will be slow
     assert forced.name == "bf16" and "slower" in str(forced)
     assert resolve_precision("fp32", ZEN4).name == "fp32" and "slower" not in str(resolve_precision("bf16", ZEN4))
     assert (forced.torch_dtype, forced.vllm_dtype, auto_old.torch_dtype) == (torch.bfloat16, "bfloat16", torch.float32)
     with pytest.raises(BadSpec, match="--precision 'fp16'"):
         resolve_precision("fp16")
+
+
+def test_the_probe_runs_only_for_auto_on_a_flagged_cpu_and_decides_it(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    calls = []
+    monkeypatch.setattr(precision, "bf16_speedup", lambda: calls.append(1) or 0.5)
+    assert [resolve_precision(f, cpu).name for f, cpu in [("auto", ZEN3), ("fp32", ZEN4), ("bf16", ZEN4)]] == \
+        ["fp32", "fp32", "bf16"] and calls == []
+    assert resolve_precision("auto", ZEN4).name == "fp32" and calls == [1]
+    monkeypatch.undo()
+    speedup = bf16_speedup(rows=64, reps=2)  # the real probe: a ratio of two positive timings
+    assert math.isfinite(speedup) and speedup > 0
+
+
+def test_processes_that_chose_differently_are_refused(tmp_path):
+    torchrun("precision_agreement.py", "fp32", "fp32", str(tmp_path), log_dir=tmp_path / "same")
+    printed = "".join(log.read_text() for log in (tmp_path / "same").rglob("stdout.log"))
+    assert printed.count("precision: fp32 (given by the test)") == 1  # agreed, and printed by the main process
+    with pytest.raises(AssertionError, match=r"--precision auto: the processes chose fp32, bf16 \(process order\); "
+                                             "pass --precision fp32 or bf16"):
+        torchrun("precision_agreement.py", "fp32", "bf16", str(tmp_path), log_dir=tmp_path / "differ")
 
 
 def test_the_start_prints_the_precision_and_a_bad_value_is_refused():

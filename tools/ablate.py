@@ -9,6 +9,7 @@ stopped ablation keeps the seeds it finished. Per technique, <out>/<technique>.p
 
     python tools/ablate.py                                   # the four techniques, Lite PPO vs the paper's alternative
     python tools/ablate.py --techniques clip_higher --seeds 1
+    python tools/ablate.py --techniques precision            # fp32, bf16, bf16 without the mismatch correction
     python tools/ablate.py --variants lite_ppo group_std no_std batch_mean --seeds 1 2 3
     python tools/ablate.py --skip-existing --seeds 1 2 3 4   # add a seed, reuse the finished runs
     python tools/ablate.py --plot-only
@@ -43,23 +44,30 @@ VARIANTS = {  # name: lite_ppo.py flags on top of its defaults
     "seq_agg": ["--loss-agg", "seq"],  # sequence-level aggregation
     "overlong_filter": ["--overlong-filter"],  # truncated responses out of the loss
     "minus_one": ["--wrong-reward", "-1"],  # -1/1 rewards
+    # not one of the paper's techniques: the numerics under it (common/precision.py, common/mismatch.py)
+    "fp32": ["--precision", "fp32"],  # pinned: the base's auto is bf16 where that is faster
+    "bf16": ["--precision", "bf16"],  # with the default correction of the sampler-trainer mismatch
+    "bf16_no_is": ["--precision", "bf16", "--sampler-is", "none"],  # uncorrected
 }
 Variant = Literal["lite_ppo", "group_std", "batch_mean", "no_std", "clip_high", "off_policy", "clip_high_off_policy",
-                  "seq_agg", "overlong_filter", "minus_one"]
+                  "seq_agg", "overlong_filter", "minus_one", "fp32", "bf16", "bf16_no_is"]
 TECHNIQUES = {  # name: (title, the variants compared, the metrics that show the mechanism)
     "normalization": ("advantage normalization", ["lite_ppo", "group_std"], ["rollout/adv_abs_mean", "rollout/adv_abs_max"]),
     # on the base (one update per rollout) every ratio is exactly 1 and no clip bound acts: compared off-policy
     "clip_higher": ("clip-higher", ["off_policy", "clip_high_off_policy"], ["losses/clipfrac", "losses/entropy"]),
     "aggregation": ("loss aggregation", ["lite_ppo", "seq_agg"], ["rollout/response_len_mean"]),
     "overlong_filter": ("overlong filtering", ["lite_ppo", "overlong_filter"], ["rollout/truncated_frac"]),
+    "precision": ("precision and the mismatch correction", ["fp32", "bf16", "bf16_no_is"],
+                  ["rollout/sampler_kl", "rollout/sampler_ratio_max", "time/generation", "time/training"]),
 }
-Technique = Literal["normalization", "clip_higher", "aggregation", "overlong_filter"]
+PAPER = ["normalization", "clip_higher", "aggregation", "overlong_filter"]  # the default: the paper's four
+Technique = Literal["normalization", "clip_higher", "aggregation", "overlong_filter", "precision"]
 
 
 @dataclass
 class Args:
-    techniques: list[Technique] = field(default_factory=lambda: list(TECHNIQUES))
-    """techniques to compare: each runs its variants (the base run is shared)"""
+    techniques: list[Technique] = field(default_factory=lambda: list(PAPER))
+    """techniques to compare: each runs its variants (the base run is shared); precision: fp32, bf16, bf16 uncorrected"""
     variants: list[Variant] = field(default_factory=list)
     """more variants to run (e.g. no_std batch_mean minus_one); they join the figure of every technique they change"""
     seeds: list[int] = field(default_factory=lambda: [1, 2, 3])
@@ -259,7 +267,8 @@ def technique_of(variant: str) -> str | None:
     """The technique an extra variant belongs to (by the flag it sets)."""
     flag = VARIANTS[variant][0] if VARIANTS[variant] else None
     return {"--adv-std-level": "normalization", "--adv-mean-level": "normalization", "--wrong-reward": "normalization",
-            "--clip-eps-high": "clip_higher", "--loss-agg": "aggregation", "--overlong-filter": "overlong_filter"}.get(flag)
+            "--clip-eps-high": "clip_higher", "--loss-agg": "aggregation", "--overlong-filter": "overlong_filter",
+            "--precision": "precision"}.get(flag)
 
 
 if __name__ == "__main__":
