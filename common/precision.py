@@ -16,6 +16,7 @@ The flag alone does not say bf16 is faster. Measured with 2 threads, torch 2.13 
 """
 
 import math
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,11 @@ class Precision:
 
     def __str__(self) -> str:
         return f"precision: {self.name} ({self.reason})"
+
+
+def untimed(line: str) -> str:
+    """A precision line with the probe's measured figure blanked (it varies from run to run), to compare two."""
+    return re.sub(r"\d+\.\d+x the speed", "Nx the speed", line)
 
 
 def cpu_bf16_flags(cpuinfo: str | None = None) -> list[str]:

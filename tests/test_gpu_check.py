@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from common.precision import resolve_precision
+from common.precision import resolve_precision, untimed
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,7 +30,7 @@ def test_gpu_check_short_mode_reports_phases_and_mfu(tiny_model_path, tiny_math_
     assert f"{run['update_tflops'] / 0.1:.1%}" in row  # the MFU column: update FLOP/s over the peak
     # the run's own start line: the precision this machine chose, and the mismatch it measured
     expected = resolve_precision("auto")
-    assert run["precision"] == str(expected)
+    assert untimed(run["precision"]) == untimed(str(expected))  # the probe's figure varies from run to run
     assert run["sampler_abs_diff"] >= 0 and run["sampler_ratio_max"] >= 1
     if expected.name == "fp32":  # HF generate and the trainer are one fp32 model: the same log-probs up to round-off
         assert run["sampler_abs_diff"] < 1e-4 and run["sampler_ratio_max"] < 1.001

@@ -14,8 +14,8 @@ import torch
 from common import precision
 from common.errors import BadSpec
 from common.mismatch import MODES, mismatch_stats, sampler_weights
-from common.precision import (BF16_MIN_SPEEDUP, bf16_speedup, cpu_bf16_flags, native_bf16,
-                              resolve_precision)
+from common.precision import (BF16_MIN_SPEEDUP, bf16_speedup, cpu_bf16_flags, native_bf16, resolve_precision,
+                              untimed)
 from common.update import add_stats, step_stats
 from tests.torchrun import torchrun
 
@@ -43,6 +43,7 @@ def test_auto_is_bf16_only_where_native_and_faster_and_every_choice_says_why(mon
     assert str(auto_old).startswith("precision: fp32 (auto: this CPU has no native bf16")
     assert "avx512_bf16 in /proc/cpuinfo, and a bf16 layer's forward+backward runs 2.50x the speed of fp32" in str(auto_fast)
     assert str(auto_slow).endswith("runs 0.61x the speed of fp32 here (bf16 needs 1.2x))")
+    assert untimed(str(auto_slow)) == untimed(str(resolve_precision("auto", ZEN4, speedup=0.5))) != untimed(str(auto_fast))
     forced = resolve_precision("bf16", ZEN3)  # runs, and says once that it will be slow
     assert forced.name == "bf16" and "slower" in str(forced)
     assert resolve_precision("fp32", ZEN4).name == "fp32" and "slower" not in str(resolve_precision("bf16", ZEN4))
