@@ -242,9 +242,10 @@ def test_each_scripts_update_is_the_same_whole_micro_batched_and_on_two_processe
 
 
 # relative tolerance of a logged step statistic between two runs of the same update: fp32 round-off (measured up to
-# 1.3e-6), or bf16's rounding of the log-probs the statistics are made of (measured here up to 5e-3, the policy loss;
-# the entropy 3e-4). ENTROPY_REL tells apart an entropy over other rows (0.5% off here) from the same rows' in bf16.
-STATS_REL = {"fp32": 1e-5, "bf16": 1e-2}
+# 1.3e-6), or bf16's rounding of the log-probs the statistics are made of (measured up to 5e-3, the policy loss, with
+# emulated bf16 on AVX2, and 1.2e-2 with native avx512_bf16 kernels, which block by batch shape; the entropy 3e-4).
+# ENTROPY_REL tells apart an entropy over other rows (0.5% off here) from the same rows' in bf16.
+STATS_REL = {"fp32": 1e-5, "bf16": 3e-2}
 ENTROPY_REL = {"fp32": 1e-5, "bf16": 1e-3}
 
 
@@ -275,7 +276,8 @@ def test_zero_gradient_rows_are_not_computed_and_the_update_is_unchanged(algo, f
     assert records["skip"]["rows_trained"] == [learning] * 2
     assert sum(records["micro"]["rows_trained"]) == 2 * learning and len(records["micro"]["rows_trained"]) > 2
     for k in full:
-        torch.testing.assert_close(skipped[k], full[k], atol=ATOL[precision] / 10, rtol=0)
+        # skipping rows changes the batch's shape; native bf16 kernels (avx512_bf16) block by shape: 1.8e-3 measured
+        torch.testing.assert_close(skipped[k], full[k], atol=ATOL[precision] / (10 if precision == "fp32" else 2), rtol=0)
         torch.testing.assert_close(micro[k], full[k], atol=ATOL[precision], rtol=0)
     # the loss's stats are over every row (a zero-advantage token adds 0 and is never clipped): unchanged; the
     # policy's entropy and KL are over the rows computed: the same with and without micro-batches (bf16: up to
