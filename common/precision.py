@@ -5,12 +5,12 @@ state and log-probs (common/heads.py returns fp32), and generation in bf16 (vLLM
 generate). `auto` is bf16 where the hardware computes it natively and faster than fp32, and fp32 elsewhere:
 - CUDA: `torch.cuda.is_bf16_supported()` (Ampere and newer);
 - CPU: a native-bf16 flag in /proc/cpuinfo (x86: `avx512_bf16` or `amx_bf16`, the instructions oneDNN's bf16 matmuls
-  use; ARM: `bf16`), and then a measured probe (bf16_speedup, ~0.3 s): a layer of SmolLM2-135M's MLP shape, forward
+  use; ARM: `bf16`), and then a measured probe (bf16_speedup, ~0.5 s): a layer of SmolLM2-135M's MLP shape, forward
   + backward, must run at least BF16_MIN_SPEEDUP times faster under bf16 autocast than in fp32.
 The flag alone does not say bf16 is faster. Measured with 2 threads, torch 2.13 (2026-12-02), bf16 against fp32:
 - AMD EPYC Zen 4 (avx512_bf16): a 2048x576 @ 576x1536 matmul at 353 against 116 GFLOP/s: bf16 wins;
-- Intel Xeon family 6 model 207 under KVM (avx512_bf16, AMX not exposed): 149 against 240 GFLOP/s, the layer's
-  forward+backward 0.9x and the default run's update 0.75x the speed of fp32: fp32 wins;
+- Intel Xeon family 6 model 207 under KVM (avx512_bf16, AMX not exposed): 149 against 240 GFLOP/s, the probe
+  0.61x and the default run's 8 steps 0.66x the speed of fp32: fp32 wins;
 - AMD EPYC Zen 3 (no flag: bf16 emulated): 1.2 against 33 GFLOP/s.
 `--precision bf16` runs anywhere; without a flag it says the run will be much slower.
 """

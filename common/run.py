@@ -59,7 +59,7 @@ def make_accelerator(args, precision: Precision) -> Accelerator:
                               project_config=ProjectConfiguration(project_dir=args.output_dir))
     if args.prompts_per_step % accelerator.num_processes:
         raise BadSpec(f"--prompts-per-step {args.prompts_per_step} must be a multiple of the {accelerator.num_processes} processes")
-    if accelerator.num_processes > 1:  # auto's CPU probe is timed in each process: they must have chosen alike
+    if accelerator.num_processes > 1 and args.precision == "auto":  # the CPU probe is timed in each process
         chosen = accelerator.gather_for_metrics([precision.name], use_gather_object=True)
         if len(set(chosen)) > 1:
             raise BadSpec(f"--precision {args.precision}: the processes chose {', '.join(chosen)} (process order); "
