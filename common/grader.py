@@ -6,22 +6,33 @@ The trainer calls the batched, hang-proof form in common/reward.py.
 
 Answer extraction (`extract_answer`): only the FINAL answer counts, so a completion that lists several
 candidates earns nothing unless its last one is right, and a hedged final answer ("8 or 9") earns nothing.
-In this order, the first rule that finds something decides:
+A response that thinks first (`<think> ... </think>`) is read after its last `</think>`: a draft inside the
+thinking is not the answer. In this order, the first rule that finds something decides:
   1. the last `\\boxed{...}` / `\\fbox{...}` (braces matched by a linear scan, escaped `\\{ \\}` skipped),
      or `\\boxed 5` (the token after the space); if that last box is empty, never closed (truncated)
-     or over 1000 characters -> None;
+     or over 1000 characters -> None. The boxes before it that only joiners separate (",", ";", "and",
+     `\\quad`, `\\text{and}`, up to 20 boxes) are one answer with it: `\\boxed{2}, \\boxed{4}` -> "2, 4",
+     `\\boxed{a = 12} and \\boxed{b = 7}` -> "a = 12, b = 7"; words between boxes are no joiner (the last box
+     counts), and boxes joined by "or" are a hedge -> None;
   2. the last answer on the last GSM8K `#### <answer>` line;
   3. the first answer after the last "answer is" / "Answer:" / "**Answer:**" / "final answer is"
-     (so "The answer is 18, checked with 2 methods" gives 18, "the answer is either 8 or 9" None);
+     (so "The answer is 18, checked with 2 methods" gives 18, "the answer is either 8 or 9" None); an answer
+     that is the subject of "is" is skipped: "Final Answer: The smallest $m$ is 21." -> 21;
   4. the last answer in the text;
   5. else None.
 An "answer" there is a whole math span (`$...$`, `\\(...\\)`, `\\[...\\]`, `$$...$$`; adjacent spans joined by
 ",", "and", "or" make one list: "$2$ and $-3$" -> "2, -3"), of which a chain `a = b = c` or `f(2) = 5` gives its
-last side; or, in plain text, a number with its sign and form (`-12`, `.5`, `1,000`, `12 500`, `12\\,500`,
-`3,75` as 3.75, `3/4`, `25%`), an interval or pair of numbers (`[2, 5)`), a relation (`x > 3`, `x = 0,5`) or a
+last side, while an equation in variables stays whole (`6x - 4y + 2z = 10`, `y = 2x + 3`) and a labelled point
+`A(0, 5)` is its coordinates; or, in plain text, a number with its sign and form (`-12`, `.5`, `1,000`,
+`12 500`, `12\\,500`, `3,75` as 3.75, `3/4`, `25%`, `3.2e5` and `1.5 \\times 10^{-3}` as powers of ten), an
+interval or pair of numbers (`[2, 5)`), a nested list (`[[1, 2], [3, 4]]`), a relation (`x > 3`, `x = 0,5`) or a
 LaTeX atom (`-\\frac34`, `2\\sqrt3`, `\\frac{9}{4}\\pi`). Never a digit run cut out of a larger number or
 expression: `x \\ge 2` is the relation, not 2; `4th` is no number. A `$...$` holding prose is two money
-amounts, not math ("costs $2.50, so 4 boxes cost $10" -> 10).
+amounts, not math ("costs $2.50, so 4 boxes cost $10" -> 10). Unicode minus and times signs read as - and \\times.
+
+Gold answers (`normalize_gold`) are tidied, not graded: a gold that is a worked solution (a box, a `####` line,
+or sentences of prose) gives its answer by the rules above; a trailing backslash is dropped; `1,000` is 1000;
+`0,25` is a decimal comma (no thousands group follows a lone 0), while `0,1` stays a list of two values.
 
 Equivalence (`is_equiv`) is math-verify's `verify` on both sides parsed as `\\boxed{...}`, so
 0.5 == 1/2 == \\dfrac12, \\sqrt3 == \\sqrt{3}, \\left( \\right) and \\! are ignored, {1,2} == {2,1},
@@ -34,15 +45,25 @@ x=3 == 3, 1,000 == 1000, 27.0 == 27; floats compare after rounding to 6 decimals
   - units and degrees: `\\text{ cm}`, `\\mbox{ inches}^2`, `^\\circ`, `\\$` are dropped (all three graders
     agree). Degrees are not converted to radians: 90^\\circ != \\frac{\\pi}{2}.
   - intervals and tuples: (1,2) is an open interval and != [1,2] (a closed one) or (2,1) (a tuple).
+  - matrices: a nested list [[1, 2], [3, 4]] is the pmatrix with those rows ([[3], [-1]] a column); rows of
+    unequal length are no matrix.
+  - `\\mathrm{e}`, `\\operatorname{e}` and `\\text{e}` are Euler's number, `\\mathrm{i}` the imaginary unit.
+Where math-verify says no, the two sides are compared once more as expressions, parsed by math-verify's own LaTeX
+parser (latex2sympy2_extended) without its answer rules: i is the imaginary unit ((1+i)^2 == 2i, 3+2i == 2i+3), a
+run of letters is their product (3dc + 2ba == 2ab + 3cd; math-verify reads `dc` as one symbol and drops a final
+h or d as hours or days: \\pi r^2 h == h r^2 \\pi), and the difference must expand to 0. Only where both sides
+have a variable and no `\\text`: numbers were compared already, and words ("east", "seat") are no products.
 
 Model text is hostile input. It is never eval'ed, and before sympy sees an answer `is_unsafe` rejects
 (scores 0) what could blow up, above all in C code that no timeout interrupts: answers over 1000
 characters or 20 nested brackets; integrals, limits, sums, products; power towers (`9^{9^{9}}`,
 `10**10**10`, `(9^{99})^{99}`); exponents or factorial/binomial arguments over 10^4; integers of more
 than ~20,000 digits (`100000000!`); polynomials of total degree over 100 or over 200 terms once
-expanded (`(x+y+z)^{50}`). Of the 14.8k gold answers of GSM8K, MATH, MATH-500, AIME24, AMC23, OlympiadBench and
-Minerva it rejects one (a Minerva physics formula). In the main thread math-verify's own signal.alarm timeouts (2 s a step) bound the
-rest. In other threads signals don't work and the guard is all there is, best effort: sympy's
+expanded (`(x+y+z)^{50}`); and, once parsed, expressions whose expansion has over 200 terms (products of
+sums: `(a+b+c+d+f)(g+h+j+k+l)...`, 8 such factors are 390,625 terms). Of the 14.8k gold answers of GSM8K,
+MATH, MATH-500, AIME24, AMC23, OlympiadBench and Minerva it rejects one (a Minerva physics formula); none of
+the 22.3k golds of those sets' splits expands to over 200 terms. In the main thread math-verify's own
+signal.alarm timeouts (2 s a step) bound the rest. In other threads signals don't work and the guard is all there is, best effort: sympy's
 simplify can still spend tens of seconds on contrived symbolic input (factorials of symbols next to
 huge integers). Hence the batched form for the trainer, whose workers are killed on a deadline.
 """
@@ -53,9 +74,12 @@ import math
 import re
 import threading
 
+import sympy
+from latex2sympy2_extended.latex2sympy2 import ConversionConfig, latex2sympy  # math-verify's LaTeX parser
 from math_verify import parse, verify
 
 MAX_ANSWER_CHARS = 1000  # no real answer is longer; sympy on 1 MB of LaTeX is slow
+MAX_BOXES = 20  # boxes joined into one answer: "\\boxed{2}, \\boxed{4}" (a longer run keeps its last 20)
 MAX_DEPTH = 20  # nested brackets; the deepest gold answer in our 7 data sets has 3
 MAX_ARG = 10_000  # largest literal allowed in an exponent or a factorial/binomial argument
 MAX_DIGITS = 20_000  # rough digits of the integers sympy may compute exactly (gold: 2004!, 2^{4950})
@@ -78,7 +102,14 @@ def last_boxed(text: str, max_chars: int | None = None) -> str | None:
     """Content of the last `\\boxed{...}` / `\\fbox{...}` in `text` (or of `\\boxed 5`: the token after the space),
     braces matched, escaped `\\{ \\}` skipped; None if there is no box, or the last one does not close (within
     `max_chars`). The one box reader: completions here, data sets' worked solutions in common/data.py."""
-    k = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
+    box = _last_box(text, len(text), max_chars)
+    return box[0] if box else None
+
+
+def _last_box(text: str, before: int, max_chars: int | None) -> tuple[str, int] | None:
+    """(content, end) of the last box that starts before `before`, `end` the index just past it; None as in
+    last_boxed."""
+    k = _box_start(text, before)
     if k == -1:
         return None
     start = k + (6 if text.startswith("\\boxed", k) else 5)
@@ -86,9 +117,15 @@ def last_boxed(text: str, max_chars: int | None = None) -> str | None:
     while j < len(text) and text[j] in " \t":
         j += 1
     if text.startswith("{", j):
-        return _braced(text, j, max_chars)
+        content = _braced(text, j, max_chars)
+        return (content, j + len(content) + 2) if content is not None else None
     token = _TOKEN.match(text, start)  # "\boxed 5"
-    return token.group(1) if token else None
+    return (token.group(1), token.end()) if token else None
+
+
+def _box_start(text: str, end: int) -> int:
+    """Where the last \\boxed / \\fbox before `end` starts, or -1."""
+    return max(text.rfind("\\boxed", 0, end), text.rfind("\\fbox", 0, end))
 
 
 def _braced(text: str, i: int, max_chars: int | None) -> str | None:
@@ -121,8 +158,10 @@ _NUM = (r"(?:(?<![\w)\]}^_])-\s?)?(?<![\w.,\\/^_])"
 _ATOM = (r"(?:(?<![\w)\]}])-\s?)?(?:\d+(?:\.\d+)?\s*)?\\(?:[dt]?frac(?:\{[^{}$]{1,40}\}\{[^{}$]{1,40}\}|\d\d?|\d\{[^{}$]{1,40}\})"
          r"|sqrt(?:\{[^{}$]{1,40}\}|\d+)|pi\b)(?:\s*\\?pi\b)?")
 _PLAIN = re.compile(
-    rf"(?P<pair>[\[(]\s*{_NUM}\s*,\s*{_NUM}\s*[\])])"  # an interval or a pair: [2, 5), (-1, 4)
+    r"(?P<matrix>\[\s*\[[^\[\]$]{1,200}\](?:\s*,\s*\[[^\[\]$]{1,200}\])*\s*\])"  # a nested list [[1, 2], [3, 4]]
+    rf"|(?P<pair>[\[(]\s*{_NUM}\s*,\s*{_NUM}\s*[\])])"  # an interval or a pair: [2, 5), (-1, 4)
     rf"|(?P<relation>(?<![\w\\])[a-zA-Z]\s*(?:<=|>=|<|>|≤|≥|\\[lg]eq?\b|\\neq\b|=)\s*)(?P<rhs>{_ATOM}|{_NUM})"  # x > 3
+    r"|(?P<sci>(?<![\w.])\d+(?:\.\d+)?(?:[eE][+-]?\d+|\s*(?:\\times|\\cdot)\s*10\^\{?-?\d+\}?)(?!\w|\.\d))"  # 3.2e5
     rf"|(?P<atom>{_ATOM})|(?P<number>{_NUM})")
 _SEPARATOR = re.compile(r"(?<=\d)(?:,\\!|\\,|,| )(?=\d{3}(?!\d))")  # thousands: 1,000  12 500  12\,500  12,\!500
 _DECIMAL_COMMA = re.compile(r"(?<=\d),(?=\d+$)")
@@ -135,7 +174,11 @@ _TEXT_CMD = re.compile(r"\\(?:text|mbox|mathrm|textbf)\s*\{[^{}]*\}")
 _JOINER = re.compile(r"\s*(?:,|,?\s*(?:and|or))\s*")  # "$2$ and $-3$": one answer of two values
 _ANCHOR = re.compile(r"\banswer\b\s*(?:\*\*)?\s*(?:is\b|:|=|\*\*)\s*(?:\*\*)?:?", re.I)  # the answer is / Answer: / **Answer**
 _HEDGE = re.compile(r"\s*,?\s*or\b", re.I)
+_SUBJECT = re.compile(r"\s*(?:is|are|was|equals|becomes)\b", re.I)
 _HEDGED_BOX = re.compile(r"\}\$?\s*,?\s*or\s*\$?\s*$")
+_CALLS = re.compile(r"\\[a-zA-Z]+|[a-zA-Z]\s*\([^()]*\)")  # commands and function calls f(2): not variables
+_VARIABLE = re.compile(r"[a-zA-Z]")
+_UPRIGHT = re.compile(r"\\(?:mathrm|operatorname|text|textrm)\s*\{\s*([ei])\s*\}")  # \mathrm{e}, \mathrm{i}
 _LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\\,|,\\!)(?=\d{3})")  # 12\,500, 12,\!500 in a math span
 
 
@@ -171,6 +214,8 @@ def _tidy_number(number: str) -> str:
 
 
 def _plain_answer(m: re.Match) -> str:
+    if m.group("sci"):  # 3.2e5 -> 3.2\times10^{5} (math-verify reads the e of 3.2e5 as Euler's number)
+        return re.sub(r"[eE]([+-]?\d+)$", lambda e: f"\\times10^{{{int(e.group(1))}}}", m.group("sci"))
     if m.group("number"):
         return _tidy_number(m.group("number"))
     if m.group("relation"):
@@ -188,7 +233,11 @@ def _span_answer(content: str) -> str:
     """The answer a math span states: the last right-hand side of a chain `a = b = c` (or of
     `f(2) = 5`, whose left side is no variable), else the whole span (`x = 5`, `y = 2x + 3`, `x \\ge 2`)."""
     content = _LATEX_THOUSANDS.sub("", content)  # 12\,500 -> 12500 (math-verify reads 12\,500 as 512)
+    if point := re.fullmatch(r"\s*[A-Z]\s*(\(.*\))\s*", content):
+        return point.group(1)  # a labelled point A(0, 5): the label is no factor
     sides = _EQUALS.split(content)
+    if len(sides) == 2 and _VARIABLE.search(_CALLS.sub("", sides[0])):
+        return content  # an equation in its variables (6x - 4y + 2z - 10 = 0), not a computation (4 \cdot 5 = 20)
     if len(sides) > 2 or (len(sides) == 2 and not re.fullmatch(r"\s*[a-zA-Z](?:_\{?\w+\}?)?\s*", sides[0])):
         return sides[-1].strip()
     return content
@@ -205,7 +254,9 @@ def _final_answer(text: str) -> str | None:
     if anchors:  # the last "the answer is ...": its first answer-like piece, unless it hedges ("8 or 9")
         phrase = text[anchors[-1].end() : anchors[-1].end() + 300]
         found = _candidates(phrase)
-        if found and found[0][0] < 100:
+        while len(found) > 1 and _SUBJECT.match(phrase, found[0][1]):
+            found = found[1:]  # "The smallest $m$ is 21": $m$ is what the sentence is about, 21 the answer
+        if found and found[0][0] < 150:
             start, end, answer = found[0]
             if _HEDGE.match(phrase, end) and len(found) > 1:
                 return None
@@ -214,28 +265,57 @@ def _final_answer(text: str) -> str | None:
     return found[-1][2] if found else None
 
 
+_BOX_JOINER = re.compile(r"(?:\s|\$|,|;|\\[,;: ]|\\q?quad\b|\\text\{\s*(?:and|,)?\s*\}|\band\b)*")
+
+
+def _final_boxes(text: str) -> str | None:
+    """The last box's content, with the boxes before it that only joiners separate (",", "and", "\\quad",
+    "\\text{and}"): "\\boxed{2}, \\boxed{4}" -> "2, 4". None if the last box is unclosed or too long."""
+    box = _last_box(text, len(text), MAX_ANSWER_CHARS)
+    if box is None:
+        return None
+    contents, k = [box[0].strip()], _box_start(text, len(text))
+    while (len(contents) < MAX_BOXES and (previous := _last_box(text, k, MAX_ANSWER_CHARS))
+           and previous[1] <= k and _BOX_JOINER.fullmatch(text, previous[1], k)):
+        contents.insert(0, previous[0].strip())
+        k = _box_start(text, k)
+    return ", ".join(c for c in contents if c) or None
+
+
 def extract_answer(text: str) -> str | None:
     """The final answer of a completion (rule in the module docstring), or None."""
     if not isinstance(text, str):
         return None
+    text = text.replace("\u2212", "-").replace("\u00d7", "\\times ")  # Unicode minus and times signs
+    think = text.rfind("</think>")
+    if think != -1:  # the answer follows the thinking; a draft inside it is not the answer
+        text = text[think + len("</think>") :]
     if "\\boxed" in text or "\\fbox" in text:
-        content = last_boxed(text, MAX_ANSWER_CHARS)  # None: never closed (truncated) or too long
-        if _HEDGED_BOX.search(text[: max(text.rfind("\\boxed"), text.rfind("\\fbox"))]):
+        if _HEDGED_BOX.search(text[: _box_start(text, len(text))]):
             return None  # "\boxed{3} or \boxed{4}": no single final answer
-        return (content.strip() or None) if content is not None else None
+        return _final_boxes(text)
     answer = _final_answer(text[-20_000:])  # the final answer is at the end; a bound keeps hostile text fast
     return (answer.strip() or None) if answer is not None else None
 
 
 def normalize_gold(answer: str) -> str:
     """Tidy a data set's gold answer: GSM8K's '#### 1,000' -> '1000', '$x$' -> 'x', '\\boxed{x}' -> 'x'."""
-    s = clean_text(answer).strip()
-    if "####" in s or s.startswith("\\boxed"):  # a whole GSM8K solution, a boxed answer
+    s = re.sub(r"\\+\s*$", "", clean_text(answer).strip())  # a stray trailing backslash or line break
+    if "####" in s or "\\boxed" in s or "\\fbox" in s or _is_solution(s):  # a worked solution, a boxed answer
         s = extract_answer(s) or s
     s = s.strip().rstrip(".").strip("$").strip()
-    if re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", s):
+    if re.fullmatch(r"-?0,\d{2,}", s):  # 0,25: a decimal comma (no thousands group follows a lone 0); MATH's
+        # "0,1" and "0,4" are lists of two solutions, so one digit after "0," stays a list
+        s = s.replace(",", ".")
+    elif re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", s):
         s = s.replace(",", "")
     return s
+
+
+def _is_solution(gold: str) -> bool:
+    """A gold that is a worked solution in sentences, not an answer: 6+ words of prose outside math and \\text."""
+    prose = _TEXT_CMD.sub("", _SPAN.sub(" ", gold))
+    return bool(re.search(r"[.!?](\s|$)", prose)) and len(re.findall(r"(?<![\\\w])[a-zA-Z]{2,}\b", prose)) >= 6
 
 
 # ---------------------------------------------------------------------------------------------
@@ -389,6 +469,72 @@ def _parse(s: str, use_alarm: bool) -> tuple:
     return parsed
 
 
+_ROW = re.compile(r"\[([^\[\]]*)\]")
+
+
+def _as_matrix(s: str) -> str:
+    """A nested list [[1, 2], [3, 4]] (rows of equal length) as the pmatrix it means; anything else unchanged."""
+    if not re.fullmatch(r"\s*\[\s*\[.*\]\s*\]\s*", s, re.S):
+        return s
+    rows = [[c.strip() for c in row.split(",")] for row in _ROW.findall(s[s.index("[") + 1 : s.rindex("]")])]
+    if not rows or len({len(r) for r in rows}) != 1 or not all(all(r) for r in rows):
+        return s
+    return "\\begin{pmatrix} " + " \\\\ ".join(" & ".join(r) for r in rows) + " \\end{pmatrix}"
+
+
+_SYMBOLIC = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]")  # a variable, not a letter of a \command
+_CONVERSION = ConversionConfig(lowercase_symbols=False)
+_EXPRS: dict[str, object] = {}
+
+
+def _expression(s: str) -> object:
+    if s not in _EXPRS:
+        try:
+            _EXPRS[s] = latex2sympy(s, conversion_config=_CONVERSION)
+        except Exception:
+            _EXPRS[s] = None
+        if len(_EXPRS) >= 10_000:
+            _EXPRS.clear()
+    return _EXPRS.get(s)
+
+
+def _as_products(e: sympy.Expr, source: str) -> sympy.Expr:
+    """i as the imaginary unit, and a symbol named by a run of letters (`dc`, read as one) as their product."""
+    subs = {}
+    for x in e.free_symbols:
+        name = getattr(x, "name", "")
+        if name == "i":
+            subs[x] = sympy.I
+        elif re.fullmatch(r"[a-zA-Z]{2,4}", name) and "\\" + name not in source:
+            subs[x] = sympy.Mul(*(sympy.Symbol(c) for c in name))
+    return e.subs(subs) if subs else e
+
+
+def _algebra_equal(pred: str, gold: str) -> bool:
+    """Equal as expressions by math-verify's own LaTeX parser without its answer rules: math-verify keeps i a symbol
+    ((1+i)^2 != 2i), reads the `dc` of 3dc as one symbol and drops a trailing h or d as a unit (hours, days)."""
+    if not (_SYMBOLIC.search(pred) and _SYMBOLIC.search(gold)) or _TEXT_CMD.search(pred + gold):
+        return False  # numbers compare in verify; words ("east" vs "seat") are no products
+    a, b = _expression(pred), _expression(gold)
+    if not (isinstance(a, sympy.Expr) and isinstance(b, sympy.Expr)):
+        return False
+    diff = _as_products(a, pred) - _as_products(b, gold)
+    return _expanded_terms(diff) <= MAX_TERMS and sympy.expand(diff) == 0
+
+
+def _expanded_terms(e: sympy.Basic) -> int:
+    """An upper bound on the terms of `e` expanded: a product of sums multiplies them, a power of k terms to the
+    n-th has comb(n + k - 1, k - 1). (a+b+c+d+f)(g+h+j+k+l)...: 8 such factors are 390,625 terms, 90 s to expand.)"""
+    if e.is_Add:
+        return sum(_expanded_terms(x) for x in e.args)
+    if e.is_Mul:
+        return math.prod(min(_expanded_terms(x), MAX_TERMS + 1) for x in e.args)
+    if e.is_Pow and e.exp.is_Integer:  # is_unsafe bounded the exponent
+        k = min(_expanded_terms(e.base), MAX_TERMS + 1)
+        return math.comb(abs(int(e.exp)) + k - 1, k - 1)
+    return sum(_expanded_terms(x) for x in e.args) or 1  # sin(...): its arguments are expanded too
+
+
 def is_equiv(pred: str, gold: str) -> bool:
     """True if two answer strings are mathematically equivalent (decisions in the module docstring)."""
     try:
@@ -397,9 +543,14 @@ def is_equiv(pred: str, gold: str) -> bool:
             return False
         if pred == gold:
             return True
+        pred, gold = (_as_matrix(_UPRIGHT.sub(r"\1", x)) for x in (pred, gold))  # \mathrm{e} is e; [[1, 2]] a matrix
         use_alarm = _in_main_thread()
         p, g = _parse(pred, use_alarm), _parse(gold, use_alarm)
+        if any(isinstance(x[0], sympy.Basic) and _expanded_terms(x[0]) > MAX_TERMS for x in (p, g) if x):
+            return False  # a product of sums that simplify would expand for minutes (is_unsafe bounds powers only)
         if p and g and verify(list(g), list(p), timeout_seconds=MV_TIMEOUT_S if use_alarm else None):
+            return True
+        if _algebra_equal(pred, gold):
             return True
         # a percent sign on one side only is also read as a unit: 12.5% == 12.5 (as 50% == 50 above)
         unit = [re.sub(r"\s*\\?%$", "", x) for x in (pred, gold)]

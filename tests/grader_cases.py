@@ -390,4 +390,228 @@ C("plain_text_numbers", "The answer is twelve.", "12", False,
   "don't. Picked 0: rare in math outputs, and w2n turns any phrase with a number word into a number")
 C("plain_text_numbers", "Adding 3.5 and 4.25 gives 7.75 liters in total.", "7.75", True, "decimals, answer last")
 
+# ------------------------------------------------------------------------------------------------
+# matrix_or_vector, more forms: array, bmatrix without spaces, nested lists
+# ------------------------------------------------------------------------------------------------
+C("matrix_or_vector", r"Hence $A^{-1} = \left[\begin{array}{cc} 1 & 0 \\ 0 & 1 \end{array}\right]$.",
+  r"\begin{pmatrix} 1 & 0 \\ 0 & 1 \end{pmatrix}", True, "array environment inside brackets (MARIO_EVAL, Qwen)")
+C("matrix_or_vector", "So the product is [[1, 2], [3, 4]].", r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}", True,
+  "a nested list is a matrix, row by row (Qwen's math_equal, NeMo)")
+C("matrix_or_vector", "So the product is [[1, 2], [4, 3]].", r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}", False,
+  "rows in another order")
+C("matrix_or_vector", r"The midpoint vector is $\begin{bmatrix} 0.5 \\ 2 \end{bmatrix}$.",
+  r"\begin{pmatrix} \frac{1}{2} \\ 2 \end{pmatrix}", True, "decimal entry vs fraction")
+C("matrix_or_vector", r"Therefore $B = \begin{pmatrix} 2 & -1 \\ 0 & 3 \end{pmatrix}$.",
+  r"\begin{bmatrix}2&-1\\0&3\end{bmatrix}", True, "gold without spaces")
+C("matrix_or_vector", r"Therefore $B = \begin{pmatrix} 2 & -1 \end{pmatrix}$.",
+  r"\begin{pmatrix} 2 \\ -1 \end{pmatrix}", False, "a row is not a column: shapes differ")
+C("matrix_or_vector", r"The normal is $\begin{pmatrix} \sqrt{2} \\ 1 \\ 0 \end{pmatrix}$.",
+  r"\begin{pmatrix} \sqrt2 \\ 1 \\ 0 \end{pmatrix}", True, "shorthand root in an entry")
+C("matrix_or_vector", r"So $\mathbf{v} = \begin{array}{c} 4 \\ -2 \end{array}$.",
+  r"\begin{pmatrix} 4 \\ -2 \end{pmatrix}", True, "bare array column")
+C("matrix_or_vector", "The reflected vector is [[3, -1]].", r"\begin{pmatrix} 3 \\ -1 \end{pmatrix}", False,
+  "one row is not a column")
+C("matrix_or_vector", "So the product is $[[1, 2], [3]]$.", r"\begin{pmatrix} 1 & 2 \\ 3 & 0 \end{pmatrix}", False,
+  "rows of unequal length are no matrix")
+C("matrix_or_vector", "The reflected vector is [[3], [-1]].", r"\begin{pmatrix} 3 \\ -1 \end{pmatrix}", True,
+  "nested list of one-element rows: a column")
+C("matrix_or_vector", r"Thus $M = \begin{bmatrix} 1 & 0 \\ 0 & -1 \end{bmatrix}$.",
+  r"\begin{pmatrix} 1 & 0 \\ 0 & 1 \end{pmatrix}", False, "one sign differs")
+
+# ------------------------------------------------------------------------------------------------
+# multi_box: several boxes that together are the answer; a hedge between boxes is still no answer
+# ------------------------------------------------------------------------------------------------
+C("multi_box", r"So the pairs are $\boxed{(3, 1)} \quad \text{and} \quad \boxed{(5, 4)}$.", "(3, 1), (5, 4)", True,
+  "two boxes joined by \\quad \\text{and} \\quad: one answer of two pairs (math-verify joins close boxes)")
+C("multi_box", r"The even roots are $\boxed{2}, \boxed{4}, \boxed{6}$.", r"\{2,4,6\}", True,
+  "three boxes separated by commas are the set")
+C("multi_box", r"Hence $\boxed{a = 12}$ and $\boxed{b = 7}$.", "a = 12, b = 7", True, "two boxed assignments")
+C("multi_box", r"The solutions are \boxed{-1} and \boxed{5}.", "-1, 5", True, "")
+C("multi_box", r"The solutions are \boxed{-1} and \boxed{5}.", "5", False, "a list is not one of its values")
+C("multi_box", r"It is either $\boxed{3}$ or $\boxed{4}$.", "3", False, "boxes joined by 'or': a hedge, no answer")
+C("multi_box", r"So the pairs are $\boxed{(3, 1)}$ and $\boxed{(5, 5)}$.", "(3, 1), (5, 4)", False, "one pair wrong")
+C("multi_box", r"First I tried $\boxed{7}$; after fixing the sign error, the result is $\boxed{9}$.", "9", True,
+  "boxes with prose between them are not joined: the last one counts")
+C("multi_box", r"The roots are $\boxed{\frac{1}{2}}$ and $\boxed{-2}$.", r"-2, \frac12", True, "order of a list ignored")
+C("multi_box", r"$\boxed{1}, \boxed{2}, \boxed{3}$", "1,2,3", True, "boxes alone")
+C("multi_box", r"$\boxed{1}, \boxed{2}, \boxed{3}$", "1,2", False, "an extra value")
+C("multi_box", r"$\boxed{2}$ is wrong, $\text{so}$ the answer is $\boxed{4}$.", "2, 4", False,
+  "words between boxes (one of them in \\text) are no joiner: the last box counts")
+C("multi_box", r"$\boxed{2}$ is wrong, $\text{so}$ the answer is $\boxed{4}$.", "4", True, "")
+
+# ------------------------------------------------------------------------------------------------
+# final_line: "Final Answer:" followed by a sentence whose subject is math
+# ------------------------------------------------------------------------------------------------
+C("final_line", "Final Answer: The smallest $m$ is 21.", "21", True,
+  "the subject $m$ comes before 'is': the answer is what the sentence says it is")
+C("final_line", "Final Answer: The smallest $m$ is 22.", "21", False, "")
+C("final_line", r"Final answer: the value of $x + y$ is $\frac{7}{2}$.", r"\frac72", True, "")
+C("final_line", r"**Final Answer:** The area of triangle $ABC$ is $24\sqrt{3}$.", r"24\sqrt3", True, "")
+C("final_line", r"Final Answer: The largest $k$ is 9, since $k = 10$ fails.", "9", True,
+  "the value after the subject, not the later check")
+C("final_line", r"Final Answer: The minimum of $f(x)$ is $-4$.", "-4", True, "")
+C("final_line", r"Final Answer: The sum of the roots $r_1 + r_2$ equals 11.", "11", True, "'equals' like 'is'")
+C("final_line", r"Final Answer: The probability that $X > 2$ is $\frac{3}{8}$.", r"\frac38", True,
+  "a relation as the subject")
+C("final_line", r"Final Answer: The probability that $X > 2$ is $\frac{3}{8}$.", r"\frac58", False, "")
+C("final_line", "Final Answer: $n = 15$", "15", True, "the value alone (no subject)")
+
+# ------------------------------------------------------------------------------------------------
+# gold_solution: a gold that is a whole worked solution, or carries a stray trailing backslash
+# ------------------------------------------------------------------------------------------------
+C("gold_solution", r"So the answer is $\boxed{12}$.", r"We have $3 \cdot 4 = 12$, so the answer is $\boxed{12}$.", True,
+  "the gold's own box is its answer (read as a completion)")
+C("gold_solution", r"So the answer is $\boxed{13}$.", r"We have $3 \cdot 4 = 12$, so the answer is $\boxed{12}$.", False,
+  "")
+C("gold_solution", r"$\boxed{12}$", "Adding the two groups gives 5 + 7 = 12. The answer is 12.", True,
+  "an unboxed worked solution: its final answer, as from a completion")
+C("gold_solution", r"$\boxed{7}$", "Adding the two groups gives 5 + 7 = 12. The answer is 12.", False,
+  "a number the gold's solution mentions is not its answer")
+C("gold_solution", r"Since $x^2 = 9$ and $x > 0$, the root is $\boxed{3}$.",
+  r"Squaring gives $x^2 = 9$; the positive root is $x = 3$.", True, "a solution ending on an assignment")
+C("gold_solution", r"The answer is $\boxed{5}$.", "5\\", True, "a stray trailing backslash in the gold")
+C("gold_solution", r"So the ratio is $\frac13$.", r"\frac{1}{3}\\", True, "a trailing LaTeX line break in the gold")
+C("gold_solution", r"The side is $\boxed{2\sqrt3}$.", r"2\sqrt{2}\\", False, "")
+C("gold_solution", "So the answer is 96.",
+  "First, 8 * 6 = <<8*6=48>>48 cupcakes.\nThen 48 * 2 = <<48*2=96>>96 cupcakes.\n#### 96", True,
+  "a GSM8K worked answer")
+C("gold_solution", r"The perimeter is $\boxed{28}$.",
+  r"Each side is $7$, so the perimeter is $4 \cdot 7 = \boxed{28}$ units.", True, "box not at the start of the gold")
+
+# ------------------------------------------------------------------------------------------------
+# think: the answer follows the thinking
+# ------------------------------------------------------------------------------------------------
+C("think", "<think>Try 4: too small. Try 5: works.</think>\nThe answer is $\\boxed{5}$.", "5", True, "")
+C("think", "<think>First guess \\boxed{8}, but 2 * 3 = 6.</think> The product is 6.", "6", True,
+  "a box inside the thinking is a draft, not the answer (R1-style graders split at </think>)")
+C("think", "<think>First guess \\boxed{8}, but 2 * 3 = 6.</think> The product is 6.", "8", False, "")
+C("think", "<think>Maybe the answer is 7.</think>\nSo the final answer is 9.", "9", True, "")
+C("think", "<think>Maybe the answer is 7.</think>\nSo the final answer is 9.", "7", False, "")
+C("think", "<think>\nx = 2 or x = 3?\n</think>\n\nThe solutions are $x = 2$ and $x = 3$.", "2, 3", True, "")
+C("think", "<think>The sum is 10.</think>\n**Answer:** 11", "11", True, "")
+C("think", "<think>The sum is 10.</think>\n**Answer:** 11", "10", False, "")
+C("think", "<think>So it is 12, I am sure.</think>", "12", False,
+  "nothing after the thinking: no final answer (the thinking is not the response)")
+C("think", "<think>\\boxed{3}</think>\n\\boxed{4}", "4", True, "")
+
+# ------------------------------------------------------------------------------------------------
+# equation_factor: an equation equals another scaled by a nonzero constant (planes, lines, conics)
+# ------------------------------------------------------------------------------------------------
+C("equation_factor", r"The plane is $6x - 4y + 2z - 10 = 0$.", "-3x+2y-z+5=0", True, "scaled by -2")
+C("equation_factor", r"The plane is $6x - 4y + 2z - 8 = 0$.", "-3x+2y-z+5=0", False, "another plane")
+C("equation_factor", r"The circle is $2x^2 + 2y^2 = 50$.", "x^2+y^2=25", True, "both sides doubled")
+C("equation_factor", r"The ellipse is $9x^2 + 4y^2 = 36$.", r"\frac{x^2}{4}+\frac{y^2}{9}=1", True,
+  "denominators cleared")
+C("equation_factor", r"The line is $3x + 2y = 6$.", r"y = -\frac{3}{2}x + 3", True, "rearranged and scaled")
+C("equation_factor", r"The circle is $x^2 + y^2 = 25$.", "(x-1)^2+y^2=25", False, "another center")
+C("equation_factor", r"So $2x - 2y = 0$.", "x-y=0", True, "")
+C("equation_factor", r"The line is $4x - 2y + 6 = 0$.", "2x - y + 3 = 0", True, "")
+C("equation_factor", r"The line is $4x - 2y + 3 = 0$.", "2x - y + 3 = 0", False, "a parallel line")
+C("equation_factor", r"The locus is $x(6x - 4y + 2z - 10) = 0$.", "-3x+2y-z+5=0", False,
+  "the factor must be a constant: x is not")
+
+# ------------------------------------------------------------------------------------------------
+# euler_e: \mathrm{e} is Euler's number
+# ------------------------------------------------------------------------------------------------
+C("euler_e", r"So the limit is $\boxed{\mathrm{e}^{2}}$.", "e^2", True, "upright e (ISO style)")
+C("euler_e", r"So the limit is $\boxed{\mathrm{e}^{2}}$.", "2e", False, "")
+C("euler_e", r"The minimum is $\frac{1}{\mathrm{e}}$.", "e^{-1}", True, "")
+C("euler_e", r"The tangent meets the axis at $2\mathrm{e}$.", "2e", True, "")
+C("euler_e", r"Hence the value is $\mathrm{e} - 1$.", "e-1", True, "")
+C("euler_e", r"Hence the value is $\mathrm{e} - 1$.", "e+1", False, "")
+C("euler_e", r"Thus the ratio is $\mathrm{e}^{\pi}$.", r"e^\pi", True, "")
+C("euler_e", r"The growth factor is $\operatorname{e}^{3}$.", "e^3", True, "\\operatorname{e}")
+C("euler_e", r"The growth factor is $\mathrm{e}^{3}$.", r"\approx 20.0855", False,
+  "a rounded value is not the exact answer")
+
+# ------------------------------------------------------------------------------------------------
+# ambiguous_comma: a gold number whose comma is a decimal comma, not a thousands separator
+# ------------------------------------------------------------------------------------------------
+C("ambiguous_comma", r"So the probability is $\boxed{0.25}$.", "0,25", True, "0,25 is a quarter, not 25")
+C("ambiguous_comma", r"So the probability is $\boxed{\frac14}$.", "0,25", True, "")
+C("ambiguous_comma", r"So the probability is $\boxed{25}$.", "0,25", False, "a thousands reading would give 25")
+C("ambiguous_comma", r"The solutions are $0$ and $5$.", "0,5", True,
+  "one digit after '0,': a list, as MATH's golds '0,1' and '0,4' (two solutions) are")
+C("ambiguous_comma", r"The fraction is $\frac{1}{2}$.", "0,50", True, "")
+C("ambiguous_comma", r"The slope is $-\frac{3}{4}$.", "-0,75", True, "")
+C("ambiguous_comma", r"So the probability is $\boxed{0.52}$.", "0,25", False, "")
+C("ambiguous_comma", r"So the share is $0.125$.", "0,125", True,
+  "three digits after '0,': still a decimal comma (a thousands group never follows a lone 0)")
+C("ambiguous_comma", r"So the share is $125$.", "0,125", False, "")
+C("ambiguous_comma", r"The cost is $\boxed{1000}$.", "1,000", True, "a real thousands separator stays one")
+
+# ------------------------------------------------------------------------------------------------
+# complex: i, \mathrm{i}, a + bi in any order
+# ------------------------------------------------------------------------------------------------
+C("complex", r"So $z = 3 + 4i$.", "4i + 3", True, "terms in another order")
+C("complex", r"So $z = 3 + 4\mathrm{i}$.", "3+4i", True, "upright i")
+C("complex", r"The quotient is $-2i + 1$.", "1-2i", True, "")
+C("complex", r"The quotient is $1 + 2i$.", "1-2i", False, "the conjugate")
+C("complex", r"Therefore $w = \frac{1 + i}{2}$.", r"\frac12 + \frac12 i", True, "")
+C("complex", r"So the product is $i^2 = -1$.", "-1", True, "")
+C("complex", r"The root is $2\mathrm{i}$.", "2i", True, "")
+C("complex", r"Expanding, $(1+i)^2$ is the result: $\boxed{(1+i)^2}$.", "2i", True, "i squared is -1")
+C("complex", r"So the other root is $\boxed{i}$.", "-i", False, "")
+C("complex", r"So $z = \boxed{5 - i\sqrt{3}}$.", r"5-\sqrt{3}i", True, "")
+
+# ------------------------------------------------------------------------------------------------
+# trig: trigonometric expressions equal as functions
+# ------------------------------------------------------------------------------------------------
+C("trig", r"Simplifying, the expression is $2\sin x \cos x$.", r"\sin 2x", True, "double angle")
+C("trig", r"Simplifying, the expression is $\sin x \cos x$.", r"\sin 2x", False, "half of it")
+C("trig", r"So it equals $1 - 2\sin^2\theta$.", r"\cos 2\theta", True, "")
+C("trig", r"So it equals $\frac{\sin x}{\cos x}$.", r"\tan x", True, "")
+C("trig", r"The value is $\sin\frac{\pi}{3}$.", r"\frac{\sqrt{3}}{2}", True, "a trig value")
+C("trig", r"So it is $\sin\left(\frac{\pi}{2} - x\right)$.", r"\cos x", True, "co-function")
+C("trig", r"Hence the derivative is $1 + \tan^2 x$.", r"\sec^2 x", True, "")
+C("trig", r"So it equals $\cos 2x$.", r"2\cos^2 x - 1", True, "")
+C("trig", r"So it equals $\cos^2 x - 1$.", r"2\cos^2 x - 1", False, "")
+C("trig", r"By the addition formula it is $\sin x\cos y + \cos x \sin y$.", r"\sin(x+y)", True, "")
+C("trig", r"By the addition formula it is $\sin x\cos y - \cos x \sin y$.", r"\sin(x+y)", False, "")
+
+# ------------------------------------------------------------------------------------------------
+# sci_notation: a times ten to the n, written every way
+# ------------------------------------------------------------------------------------------------
+C("sci_notation", "The speed is 320000 m/s.", r"3.2 \times 10^{5}", True, "")
+C("sci_notation", r"The speed is $3.2 \times 10^5$ m/s.", "320000", True, "")
+C("sci_notation", "The speed is 3.2e5 m/s.", r"3.2 \times 10^{5}", True, "E notation (e is not Euler's number here)")
+C("sci_notation", r"There are $6.02 \cdot 10^{23}$ atoms.", r"6.02\times10^{23}", True, "\\cdot for \\times")
+C("sci_notation", "The concentration is 0.0015 mol/L.", r"1.5 \times 10^{-3}", True, "")
+C("sci_notation", "The concentration is 1.5e-3 mol/L.", r"1.5 \times 10^{-3}", True, "negative exponent")
+C("sci_notation", r"The concentration is $1.5 \times 10^{-2}$ mol/L.", r"1.5 \times 10^{-3}", False, "")
+C("sci_notation", "The count is 4E6.", r"4 \times 10^{6}", True, "capital E")
+C("sci_notation", r"The count is $2.5 \times 10^{3}$.", r"2.5 \times 10^{4}", False, "")
+C("sci_notation", "The count is 2.5 × 10^4.", r"2.5 \times 10^{4}", True, "a plain-text times sign")
+
+# ------------------------------------------------------------------------------------------------
+# coordinates: points, labels and parenthesis variants (MARIO_EVAL)
+# ------------------------------------------------------------------------------------------------
+C("coordinates", r"The intersection is $P = (2, -3)$.", "(2, -3)", True, "named point, last side")
+C("coordinates", r"So $(x, y) = (2, -3)$.", "(2,-3)", True, "")
+C("coordinates", r"So $(x, y) = (-3, 2)$.", "(2,-3)", False, "swapped")
+C("coordinates", r"The center is $(0.5, 4)$.", r"\left( \frac{1}{2}, 4 \right)", True, "")
+C("coordinates", r"The point is $(1,2,3)$.", "(1, 2, 3)", True, "")
+C("coordinates", r"The point is $\left(2,-3\right)$.", "(2,-3)", True, "")
+C("coordinates", "The coordinates are (2, \u22123).", "(2,-3)", True, "a Unicode minus sign")
+C("coordinates", r"The vertex is $A(0, 5)$.", "(0, 5)", True, "a labelled point: the label is not a factor")
+C("coordinates", r"The vertex is $A(0, 5)$.", "(5, 0)", False, "")
+C("coordinates", r"The point is $( 3 , 4 )$.", "(3,4)", True, "spaces")
+C("coordinates", "The coordinates are (2, 3).", "(2,-3)", False, "")
+
+# ------------------------------------------------------------------------------------------------
+# product_order: sums whose products are written in another order
+# ------------------------------------------------------------------------------------------------
+C("product_order", r"So the total is $3dc + 2ba$.", "2ab + 3cd", True, "")
+C("product_order", r"So the total is $3ab + 2cd$.", "2ab + 3cd", False, "coefficients swapped")
+C("product_order", r"The area is $2y \cdot 3x$.", "6xy", True, "")
+C("product_order", r"It factors as $(x+1)x$.", "x(x+1)", True, "")
+C("product_order", r"The result is $c + ba$.", "ab+c", True, "")
+C("product_order", r"The volume is $h r^2 \pi$.", r"\pi r^2 h", True, "")
+C("product_order", r"The length is $\pi \cdot 3\sqrt{2}$.", r"3\sqrt{2}\pi", True, "")
+C("product_order", r"It factors as $(b+a)(a-b)$.", "(a+b)(a-b)", True, "")
+C("product_order", r"It factors as $(b-a)(a+b)$.", "(a+b)(a-b)", False, "the sign of a factor")
+C("product_order", r"So the volume is $\frac{4}{3} r^3 \pi$.", r"\frac{4\pi r^3}{3}", True, "")
+C("product_order", r"The direction is $\text{seat}$.", r"\text{east}", False, "words are no products of letters")
+C("product_order", r"So the total is $3dc + 2ba$.", "2ab + 3ce", False, "one letter of a product differs")
+
 assert all(len(c) == 5 and isinstance(c[3], bool) for c in CASES)

@@ -273,7 +273,22 @@ HOSTILE = {
     "percents": "7%" * 500_000,
     "relations": "x > " * 300_000,
     "thin spaces": "1\\," * 500_000,
+    "joined boxes": "\\boxed{1}, " * 100_000,
+    "nested lists": "[[1], " * 300_000,
+    "one long row": "[[" + "1, " * 300_000 + "1]]",
+    # simplify expands a product of sums: these 8 factors of 5 letters are 390,625 terms, 90 s
+    "product of sums": "\\boxed{" + "".join(f"({'+'.join(f'x_{{{5 * j + k}}}' for k in range(5))})" for j in range(8)) + "}",
 }
+
+
+def test_products_of_sums_are_compared_up_to_200_expanded_terms():
+    """The bound counts an expansion's terms: 8 x 5 x 5 = 200 are compared (equal in another factor order),
+    9 x 5 x 5 = 225 are not (such products take minutes to expand in general: scored 0)."""
+    def product(*factors):
+        return "".join("(" + " + ".join(f) + ")" for f in factors)
+    a, b, c = ([f"{x}_{{{k}}}" for k in range(n)] for x, n in (("x", 8), ("y", 5), ("z", 5)))
+    assert is_equiv(product(a, b, c), product(c, a, b))
+    assert not is_equiv(product(a + ["w"], b, c), product(c, a + ["w"], b))
 
 
 @pytest.mark.timeout(120)
