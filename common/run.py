@@ -134,6 +134,7 @@ def save_checkpoint(accelerator, run_dir: Path, step: int, model, tokenizer, arg
     with _quiet_shared_tensors():
         accelerator.save_state(str(tmp / "state"))
     state_dict = accelerator.get_state_dict(model)  # gathers shards (FSDP, ZeRO-3) on every process
+    accelerator.wait_for_everyone()  # every process has written its part of the state (its RNG states) into tmp
     if accelerator.is_main_process:
         unwrap(model).save_pretrained(tmp / "model", state_dict=dict(hf_names(model, state_dict.items())))
         tokenizer.save_pretrained(tmp / "model")

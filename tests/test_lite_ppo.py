@@ -150,6 +150,16 @@ def kill_and_resume(script: Path, tiny_model_path: str, tiny_math_data: str, tmp
     assert any((initial[k] != straight[k]).any() for k in initial)
 
 
+@pytest.mark.timeout(300)
+def test_a_checkpoint_is_moved_into_place_only_once_every_process_wrote_its_part(tiny_model_path, tmp_path):
+    # the second process writes its RNG states 2 s late: the main process must wait for them before the rename
+    # (without the wait it renamed the folder under the other process, which then failed: a CI run met this)
+    torchrun("checkpoint_race.py", tiny_model_path, str(tmp_path / "run"), log_dir=tmp_path / "logs")
+    state = tmp_path / "run" / "checkpoints" / "step-1" / "state"
+    assert (state / "random_states_0.pkl").exists() and (state / "random_states_1.pkl").exists()
+    assert not list((tmp_path / "run" / "checkpoints").glob(".tmp-*"))
+
+
 @pytest.mark.timeout(900)
 def test_two_processes_each_with_its_own_vllm_engine(tiny_model_path, tiny_math_data, tmp_path):
     """As `accelerate launch --multi_gpu --num_processes 2` runs it on a CPU machine (torchrun underneath)."""
