@@ -23,7 +23,7 @@ from typing import Literal
 import torch
 from transformers import AutoTokenizer
 
-from common.data import TEMPLATES, load_rows, tokenize_prompts
+from common.data import TEMPLATES, load_rows, stop_ids, tokenize_prompts
 from common.evaluation import default_pass_k, evaluate
 from common.generation import SamplingConfig, make_engine
 from common.errors import BadSpec
@@ -35,7 +35,8 @@ from common.run import cli
 @dataclass
 class Args:
     model: str = DEFAULT_MODEL
-    """hub id, local Hugging Face directory, checkpoint folder (runs/<run>/checkpoints/step-N) or smollm2-135m-instruct"""
+    """hub id, local Hugging Face directory, checkpoint folder (runs/<run>/checkpoints/step-N) or an embedded model:
+    smollm2-135m-instruct, gemma3-270m (a base model: --template plain)"""
     datasets: str = "math500,aime24,gsm8k"
     """comma list: gsm8k, math500, aime24, amc23, olympiadbench, minerva, arithmetic[:...], a .jsonl/.json/.parquet path or a hub id"""
     split: str = "test"
@@ -54,8 +55,9 @@ class Args:
     """top-k sampling (0 = off)"""
     max_new_tokens: int = 1024
     """completion length limit; longer completions are cut and counted as truncated"""
-    template: Literal["chat", "plain"] = "chat"
-    """prompt: chat (the tokenizer's chat template, instruct models) or plain (base models)"""
+    template: Literal["chat", "plain", "fewshot"] = "chat"
+    """prompt: chat (the tokenizer's chat template, instruct models), plain (base models) or fewshot (two worked
+    problems first, then a one-line answer: small base models)"""
     seed: int = 0
     """generation seed: same seed, backend and model give the same samples"""
     backend: Literal["auto", "vllm", "hf"] = "auto"
@@ -142,7 +144,7 @@ def main(args: Args) -> dict:
     engine = make_engine(backend, model_path=model_path, model=lm, tokenizer=tokenizer, seed=args.seed,
                          max_model_len=longest_prompt + args.max_new_tokens,
                          gpu_memory_utilization=args.gpu_memory_utilization, enable_sleep_mode=False,
-                         precision=precision)
+                         precision=precision, stop_ids=stop_ids(tokenizer, args.template))
     sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                               top_k=args.top_k, seed=args.seed)
     out_dir = Path(args.output_dir or f"results/eval__{Path(model_path).name}__{args.seed}__{int(time.time())}")

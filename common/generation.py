@@ -3,8 +3,9 @@
 Both take token ids and return `Completion`s with the same conventions, so a script can switch with
 `--backend hf|vllm` and get the same samples up to numerics:
 
-- stop at any EOS id (the tokenizer's and the generation config's); `token_ids` include that EOS;
-- `truncated` is True exactly for the samples cut at `max_new_tokens` without an EOS;
+- stop at any EOS id (the tokenizer's and the generation config's) or `stop_ids` (the few-shot template's blank
+  line: common/data.py:stop_ids); `token_ids` include that EOS or stop token;
+- `truncated` is True exactly for the samples cut at `max_new_tokens` without one;
 - the n samples of a prompt are contiguous (groups contiguous), like rewards and advantages later;
 - temperature 0 is greedy, top_k 0 is off, top_p 1 is off; nothing else alters the distribution
   (no repetition penalty, no min_p, no defaults inherited from the checkpoint's generation_config);
@@ -83,7 +84,7 @@ class VLLMEngine:
 
     def __init__(self, model_path: str, *, seed: int = 0, max_model_len: int | None = None,
                  gpu_memory_utilization: float = 0.3, enable_sleep_mode: bool = False, dtype: str = "auto",
-                 kv_cache_gib: float | None = None, kv_cache_seqs: int = 256):
+                 kv_cache_gib: float | None = None, kv_cache_seqs: int = 256, stop_ids: list[int] = ()):
         # Set before vllm is imported / the engine is built (vllm.envs reads them lazily until then).
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process engine core: required by sync_weights
         os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")  # else vLLM keeps a core idle (half of a 2-core CPU)
@@ -120,7 +121,7 @@ class VLLMEngine:
             generation_config = GenerationConfig.from_pretrained(model_path)
         except OSError:
             generation_config = None
-        self.eos_ids = _eos_ids(self.tokenizer, generation_config)
+        self.eos_ids = sorted(set(_eos_ids(self.tokenizer, generation_config)) | set(stop_ids))
         self.tied_lm_head = bool(getattr(config, "tie_word_embeddings", False))
         vllm_internals.quiet_reload_warnings(self.tied_lm_head)
         with _preserve_rng():  # vLLM reseeds Python/NumPy/torch global RNGs with `seed`; keep the trainer's
@@ -205,8 +206,9 @@ def _preserve_rng():
 class HFEngine:
     """`generate` on the training model itself (no second copy of the weights): simple, slower."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer, *, batch_size: int = 64, dtype: torch.dtype = torch.float32):
-        self.model, self.tokenizer = model, tokenizer
+    def __init__(self, model: torch.nn.Module, tokenizer, *, batch_size: int = 64, dtype: torch.dtype = torch.float32,
+                 stop_ids: list[int] = ()):
+        self.model, self.tokenizer, self.stop_ids = model, tokenizer, set(stop_ids)
         self.batch_size = batch_size  # rows (prompt x sample) per generate call
         self.dtype = dtype  # bf16: generate under bf16 autocast (the weights stay the trainer's fp32 master copy)
 
@@ -216,8 +218,9 @@ class HFEngine:
         from transformers import GenerationConfig
 
         model = unwrap(self.model)
-        eos_ids = _eos_ids(self.tokenizer, model.generation_config)
-        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos_ids[0]
+        eos = _eos_ids(self.tokenizer, model.generation_config)
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos[0]
+        eos_ids = sorted(set(eos) | self.stop_ids)
         greedy = sampling.temperature == 0
         sample_kw = {} if greedy else dict(temperature=sampling.temperature, top_p=sampling.top_p,
                                            top_k=sampling.top_k)  # HF's own default top_k is 50: pass 0
@@ -278,12 +281,13 @@ class HFEngine:
 
 def make_engine(backend: str, *, model_path: str, model, tokenizer, seed: int, max_model_len: int | None,
                 gpu_memory_utilization: float, enable_sleep_mode: bool, kv_cache_seqs: int = 256,
-                precision: Precision | None = None) -> VLLMEngine | HFEngine:
+                precision: Precision | None = None, stop_ids: list[int] = ()) -> VLLMEngine | HFEngine:
     """backend: "vllm" | "hf" | "auto" (vLLM if importable, else HF with a one-line notice); precision: the run's
     (common/precision.py; None: fp32), the dtype vLLM holds the weights in and HF generate's autocast.
 
     max_model_len: the longest prompt + completion vLLM must hold (None: the model's context length);
-    kv_cache_seqs: how many such sequences generate at once at most (sizes vLLM's KV cache on CPU)."""
+    kv_cache_seqs: how many such sequences generate at once at most (sizes vLLM's KV cache on CPU);
+    stop_ids: token ids that end a sample as EOS does (common/data.py:stop_ids)."""
     import importlib.util
 
     if backend not in ("vllm", "hf", "auto"):
@@ -296,7 +300,7 @@ def make_engine(backend: str, *, model_path: str, model, tokenizer, seed: int, m
     if backend == "hf" or not has_vllm:
         if backend == "auto":
             print("[generation] vllm is not installed: generating with Hugging Face generate")
-        return HFEngine(model, tokenizer, dtype=precision.torch_dtype if precision else torch.float32)
+        return HFEngine(model, tokenizer, dtype=precision.torch_dtype if precision else torch.float32, stop_ids=stop_ids)
     return VLLMEngine(model_path, seed=seed, max_model_len=max_model_len, kv_cache_seqs=kv_cache_seqs,
                       gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode,
-                      dtype=precision.vllm_dtype if precision else "float32")
+                      dtype=precision.vllm_dtype if precision else "float32", stop_ids=stop_ids)

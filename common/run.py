@@ -27,6 +27,7 @@ from accelerate import Accelerator
 import tyro
 from accelerate.utils import ProjectConfiguration, set_seed
 
+from common.data import TEMPLATES
 from common.errors import BadSpec, Unavailable, UsageError
 from common.model import check_model, hf_names, unwrap
 from common.precision import Precision
@@ -207,7 +208,7 @@ def check_args(args, **checks: tuple[bool, str]) -> None:
     need(args.top_k >= 0, "top_k", "must be >= 0 (0 = off)")
     need(args.learning_rate > 0, "learning_rate", "must be positive")
     need(args.backend in ("auto", "vllm", "hf"), "backend", "must be auto, vllm or hf")
-    need(args.template in ("chat", "plain"), "template", "must be chat or plain")
+    need(args.template in TEMPLATES, "template", f"must be one of {', '.join(TEMPLATES)}")
     need(args.ppo_epochs >= 1, "ppo_epochs", "must be positive")
     need(args.num_mini_batches >= 1, "num_mini_batches", "must be positive")
     need(args.micro_batch_tokens >= 1, "micro_batch_tokens", "must be positive")

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from common.data import (batch_indices, build_prompt, load_rows, make_arithmetic, prompt_tokens_bound, resolve_source,
-                         tokenize_prompts)
+from common.data import (FEWSHOT, batch_indices, build_prompt, load_rows, make_arithmetic, prompt_tokens_bound,
+                         resolve_source, stop_ids, tokenize_prompts)
 
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 
@@ -247,8 +247,7 @@ CHAT = ("{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['conten
         "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
+def bpe_tokenizer(corpus: list[str]):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -258,12 +257,20 @@ def tokenizer():
     specials = ["<unk>", "<s>", "</s>", "<|user|>", "<|assistant|>"]
     trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=specials,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(["What is 47 + 85?", "Please reason step by step, and put your final answer",
-                             "Question: Answer: Let's think step by step. \\boxed{}"], trainer)
+    tok.train_from_iterator(corpus, trainer)
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))])
     hf = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
     hf.chat_template = CHAT
     return hf
+
+
+PROMPTS = ["What is 47 + 85?", "Please reason step by step, and put your final answer",
+           "Question: Answer: Let's think step by step. \\boxed{}"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return bpe_tokenizer(PROMPTS + [FEWSHOT])  # with merges that hold a line break: "}.\n", "?\n"
 
 
 def test_chat_prompt(tokenizer):
@@ -284,7 +291,7 @@ def test_plain_prompt_and_bad_template(tokenizer):
         build_prompt(tokenizer_no_chat, "Q", "chat")
 
 
-@pytest.mark.parametrize("template", ["chat", "plain"])
+@pytest.mark.parametrize("template", ["chat", "plain", "fewshot"])
 def test_tokenize_prompts_single_bos(tokenizer, template):
     questions = ["What is 47 + 85?", "What is 1 - 2?"]
     ids = tokenize_prompts(tokenizer, questions, template)
@@ -295,7 +302,7 @@ def test_tokenize_prompts_single_bos(tokenizer, template):
         assert tokenizer.decode(seq, skip_special_tokens=False) == "<s>" + text.removeprefix("<s>")
 
 
-@pytest.mark.parametrize("template", ["chat", "plain"])
+@pytest.mark.parametrize("template", ["chat", "plain", "fewshot"])
 def test_prompt_tokens_bound_holds_every_prompt(tokenizer, template):
     rng = random.Random(0)
     questions = ["", "What is 47 + 85?", "x" * 300, "Solve: " + " ".join(str(rng.randint(0, 10**6)) for _ in range(80)),
@@ -303,6 +310,20 @@ def test_prompt_tokens_bound_holds_every_prompt(tokenizer, template):
     lengths = [len(ids) for ids in tokenize_prompts(tokenizer, questions, template)]
     bound = prompt_tokens_bound(tokenizer, questions, template)
     assert max(lengths) <= bound <= max(lengths) + 16  # holds every prompt, and is not loose
+
+
+def test_fewshot_shows_training_problems_and_stops_at_every_line_break(tokenizer):
+    shown = re.findall(r"What is \d+ [-+] \d+\?", FEWSHOT)
+    held_out = {r["question"] for r in load_rows("arithmetic:digits=1", split="test")}  # all 21
+    assert len(shown) == 2 and not held_out & set(shown)  # no held-out problem in the prompt
+    prompt = build_prompt(tokenizer, "What is 1 + 1?", "fewshot")
+    assert prompt == FEWSHOT + "Question: What is 1 + 1?\nAnswer:"
+    stops = set(stop_ids(tokenizer, "fewshot"))
+    breaks = {i for i in range(len(tokenizer)) if "\n" in tokenizer.decode([i])}
+    assert stops == breaks and len(breaks) > 1  # "\n" and the merges that hold one
+    ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    assert "".join(tokenizer.decode([i]) for i in ids if i in stops).count("\n") == prompt.count("\n")
+    assert stop_ids(tokenizer, "chat") == stop_ids(tokenizer, "plain") == []
 
 
 # ---------------------------------------------------------------- batch order

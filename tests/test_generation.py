@@ -145,6 +145,29 @@ def test_truncated_flags_and_top_k(backend, request, model, tokenizer, prompts):
 
 @VLLM_TIMEOUT
 @pytest.mark.parametrize("backend", ["vllm", "hf"])
+def test_stop_ids_end_a_sample_as_eos_does(backend, request, model, tokenizer, prompts):
+    # a quarter of the vocabulary stops a sample: most end within 12 tokens, on their first such token
+    stops = set(range(0, len(tokenizer), 4)) - {tokenizer.eos_token_id}
+    if backend == "vllm":
+        engine = request.getfixturevalue("vllm_engine")  # one engine per session: its stop set widened for this test
+        saved, engine.eos_ids = engine.eos_ids, sorted(set(engine.eos_ids) | stops)
+    else:
+        engine = HFEngine(model, tokenizer, stop_ids=sorted(stops))
+    try:
+        completions = engine.generate(prompts, 4, SamplingConfig(max_new_tokens=12, temperature=1.0, seed=0))
+    finally:
+        if backend == "vllm":
+            engine.eos_ids = saved
+    ends = stops | {tokenizer.eos_token_id}
+    for c in completions:
+        assert not ends & set(c.token_ids[:-1])  # nothing after the first stop
+        assert c.truncated == (c.token_ids[-1] not in ends) and len(c.token_ids) <= 12
+        assert not c.truncated or len(c.token_ids) == 12
+    assert sum(c.token_ids[-1] in stops for c in completions) > len(completions) // 2
+
+
+@VLLM_TIMEOUT
+@pytest.mark.parametrize("backend", ["vllm", "hf"])
 def test_seeded_sampling(backend, request, model, tokenizer, prompts):
     engine = request.getfixturevalue("vllm_engine") if backend == "vllm" else HFEngine(model, tokenizer)
 

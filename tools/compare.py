@@ -57,7 +57,7 @@ class Args:
     """eval.py's samples per held-out problem (avg@N) from the start model and each run's last checkpoint; 0 = none"""
     # the settings that define the comparison, the same for every script (None: the scripts' own default)
     model: str | None = None
-    """hub id, local Hugging Face directory or smollm2-135m-instruct"""
+    """hub id, local Hugging Face directory or an embedded model (smollm2-135m-instruct, gemma3-270m)"""
     dataset: str | None = None
     """training problems (arithmetic[:...], gsm8k, math, a file or a hub id)"""
     eval_dataset: str | None = None
