@@ -118,3 +118,41 @@ def test_the_advantage_figure_from_one_rollout(tiny_model_path, tmp_path):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert out.read_bytes().startswith(PNG_MAGIC)
     assert "| 0.500 |" in result.stdout  # the table's k/G = 2/4 row
+
+
+def test_cells_run_each_setup_as_a_whole_ablation_and_tabulate_a_column_per_cell(monkeypatch, tmp_path):
+    from tools import ablate as tool
+
+    ran = []
+    monkeypatch.setattr(tool, "main", lambda args, extra: ran.append((Path(args.out).name, args.cells, extra)) or 0)
+
+    def collect(variants, seeds, out, keys):  # two seeds of each variant; cell gemma3 has no sampled eval
+        base = 0.1 if out.name.startswith("smollm2") else 0.3
+        runs = lambda v: [{"final_acc": base + 0.2 * s, "rollout/adv_abs_mean": [(1, 0.5 * s), (2, 0.5 * s)],
+                           **({"sampled": [(0, 0.0), (8, base + 0.1 * s)]} if base < 0.2 else {})} for s in seeds]
+        return {v: runs(v) for v in variants}
+
+    monkeypatch.setattr(tool, "collect", collect)
+    cells = ["smollm2:arithmetic:digits=1,operands=3", "gemma3:arithmetic:digits=2"]
+    args = tool.Args(techniques=["normalization"], seeds=[1, 2], out=str(tmp_path), cells=cells, cell_eval_size=50)
+    assert tool.run_cells(args, ["--total-steps", "4"]) == 0
+    assert ran == [
+        ("smollm2__digits=1,operands=3", [], ["--model", "smollm2-135m-instruct", "--template", "chat", "--dataset",
+         "arithmetic:digits=1,operands=3", "--eval-dataset", "arithmetic:digits=1,operands=3", "--eval-size", "50",
+         "--total-steps", "4"]),
+        ("gemma3__digits=2", [], ["--model", "gemma3-270m", "--template", "fewshot", "--max-new-tokens", "48",
+         "--dataset", "arithmetic:digits=2", "--eval-dataset", "arithmetic:digits=2", "--eval-size", "50",
+         "--total-steps", "4"])]
+    rows = table_rows((tmp_path / "cells.md").read_text())
+    # smollm2: avg@N of seeds 1, 2 = 0.2, 0.3; gemma3 (no sampled eval): greedy 0.5, 0.7; adv_abs_mean 0.5, 1.0
+    assert rows["lite_ppo"][1:] == ["0.250 ± 0.050 (rollout/adv_abs_mean 0.750 ± 0.250)",
+                                    "0.600 ± 0.100 (rollout/adv_abs_mean 0.750 ± 0.250)"]
+    assert set(rows) == {"variant", "lite_ppo", "group_std"}
+
+
+def test_a_bad_cell_is_refused_before_anything_runs(tmp_path):
+    for cell, message in (("llama:arithmetic:digits=1", "MODEL one of smollm2, gemma3"),
+                          ("gemma3:arithmetic:digits=0", "digits='0' must be an integer")):
+        result = ablate(tmp_path, "--cells", cell)
+        assert result.returncode != 0 and message in result.stderr, result.stderr[-2000:]
+    assert not (tmp_path / "logs").exists()

@@ -14,11 +14,17 @@ stopped ablation keeps the seeds it finished. Per technique, <out>/<technique>.p
     python tools/ablate.py --skip-existing --seeds 1 2 3 4   # add a seed, reuse the finished runs
     python tools/ablate.py --plot-only
     python tools/ablate.py -- --total-steps 16               # after --: to every run
+    python tools/ablate.py --cells smollm2:arithmetic:digits=1,operands=3 gemma3:arithmetic:digits=1,operands=3
 
 A variant is lite_ppo.py's defaults (Lite PPO) plus its flags (VARIANTS); a technique names the variants it
 compares and the metrics that show its mechanism (TECHNIQUES). Runs that fail are reported and the others go on.
+
+A cell (`--cells MODEL:DATA`) is one of the paper's setups: a model of MODELS (an aligned one, a base one) with its
+prompt protocol, trained and evaluated on one arithmetic spec (--cell-eval-size held-out problems). Each cell is a
+whole ablation in <out>/<model>__<data>/, and <out>/cells.md holds one table per technique, a column per cell.
 """
 
+import dataclasses
 import json
 import math
 import shlex
@@ -61,6 +67,12 @@ TECHNIQUES = {  # name: (title, the variants compared, the metrics that show the
                   ["rollout/sampler_kl", "rollout/sampler_ratio_max", "time/generation", "time/training"]),
 }
 PAPER = ["normalization", "clip_higher", "aggregation", "overlong_filter"]  # the default: the paper's four
+MODELS = {  # a cell's model: the flags that select it and its prompt protocol (README: "A base model beside ...")
+    "smollm2": ["--model", "smollm2-135m-instruct", "--template", "chat"],  # aligned
+    # base: does not follow an instruction (5% right under "plain"), answers worked problems in one line of 19-28
+    # tokens (fewshot: 19% on one-digit sums at T=1)
+    "gemma3": ["--model", "gemma3-270m", "--template", "fewshot", "--max-new-tokens", "48"],
+}
 Technique = Literal["normalization", "clip_higher", "aggregation", "overlong_filter", "precision"]
 
 
@@ -80,6 +92,10 @@ class Args:
     """run nothing: plot and tabulate the runs already in --out"""
     final_samples: int = 16
     """eval.py's samples per held-out problem (avg@N) from the start model and each run's last checkpoint; 0 = none"""
+    cells: list[str] = field(default_factory=list)
+    """MODEL:DATA setups (MODEL of MODELS: smollm2, gemma3; DATA an arithmetic spec), each a whole ablation; none: one"""
+    cell_eval_size: int = 200
+    """held-out problems per cell (avg@N's standard error over problems is ~0.02 at 200)"""
 
 
 def run_name(variant: str, seed: int) -> str:
@@ -263,6 +279,61 @@ def main(args: Args, extra: list[str]) -> int:
     return 1 if failed else 0
 
 
+def cell_flags(cell: str, eval_size: int) -> tuple[str, list[str]]:
+    """(folder name, lite_ppo.py flags) of a MODEL:DATA cell; SystemExit naming --cells if it is not one."""
+    model, _, data = cell.partition(":")
+    if model not in MODELS or not data.startswith("arithmetic"):
+        raise SystemExit(f"--cells {cell!r}: expected MODEL:DATA with MODEL one of {', '.join(MODELS)} and DATA an "
+                         "arithmetic spec (arithmetic:digits=1,operands=3)")
+    from common.data import load_rows
+    from common.errors import UsageError
+
+    try:
+        load_rows(data, split="test", flag="--cells")  # a bad spec stops here, not in every run
+    except UsageError as e:
+        raise SystemExit(str(e)) from None
+    name = f"{model}__{data.removeprefix('arithmetic').lstrip(':') or 'default'}"
+    return name, MODELS[model] + ["--dataset", data, "--eval-dataset", data, "--eval-size", str(eval_size)]
+
+
+def run_cells(args: Args, extra: list[str]) -> int:
+    """Each cell as a whole ablation in its own folder, then <out>/cells.md: per technique, a column per cell."""
+    out, status, results = Path(args.out).resolve(), 0, {}
+    cells = {cell: cell_flags(cell, args.cell_eval_size) for cell in args.cells}  # every cell checked before any run
+    for cell, (name, flags) in cells.items():
+        print(f"[ablate] cell {cell}: {' '.join(flags)}", flush=True)
+        sub = dataclasses.replace(args, cells=[], out=str(out / name))
+        status |= main(sub, flags + extra)
+        keys = list(dict.fromkeys(k for t in args.techniques for k in TECHNIQUES[t][2]))
+        results[cell] = collect(variants_of(sub), args.seeds, out / name, keys)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "cells.md").write_text(cells_table(args, results, {c: n for c, (n, _) in cells.items()}))
+    print(f"[ablate] wrote {out / 'cells.md'}", flush=True)
+    return status
+
+
+def cells_table(args: Args, results: dict[str, dict[str, list[dict]]], names: dict[str, str]) -> str:
+    """Per technique: a row per variant, a column per cell, the final avg@N (mean ± half range over seeds; the
+    final greedy accuracy where a cell has no sampled eval), then the technique's first mechanism metric."""
+    lines = [f"# The paper's techniques per setup (cells: {', '.join(args.cells)})", "",
+             "Final held-out avg@N (greedy accuracy where no sampled eval ran), mean ± half the range over seeds; "
+             "each cell's folder has its ablation.md and figures.", ""]
+    for technique in args.techniques:
+        title, variants, keys = TECHNIQUES[technique]
+        lines += [f"## {title}", "", "| variant | " + " | ".join(f"{c} ({names[c]}/)" for c in args.cells) + " |",
+                  "|---|" + "---:|" * len(args.cells)]
+        for variant in variants:
+            cells = []
+            for cell in args.cells:
+                runs = results[cell].get(variant, [])
+                finals = [r["sampled"][1][1] if "sampled" in r else r["final_acc"] for r in runs]
+                metric = [sum(v for _, v in r[keys[0]]) / len(r[keys[0]]) if r.get(keys[0]) else math.nan for r in runs]
+                cells.append(f"{fmt_pm(finals)} ({keys[0]} {fmt_pm(metric)})" if runs else "—")
+            lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def technique_of(variant: str) -> str | None:
     """The technique an extra variant belongs to (by the flag it sets)."""
     flag = VARIANTS[variant][0] if VARIANTS[variant] else None
@@ -272,4 +343,5 @@ def technique_of(variant: str) -> str | None:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*parse(sys.argv[1:], Args, __doc__)))
+    args, extra = parse(sys.argv[1:], Args, __doc__)
+    sys.exit(run_cells(args, extra) if args.cells else main(args, extra))
