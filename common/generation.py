@@ -3,8 +3,8 @@
 Both take token ids and return `Completion`s with the same conventions, so a script can switch with
 `--backend hf|vllm` and get the same samples up to numerics:
 
-- stop at any EOS id (the tokenizer's and the generation config's) or `stop_ids` (the few-shot template's blank
-  line: common/data.py:stop_ids); `token_ids` include that EOS or stop token;
+- stop at any EOS id (the tokenizer's and the generation config's) or `stop_ids` (under the few-shot template, any
+  token holding a line break: common/data.py:stop_ids); `token_ids` include that EOS or stop token;
 - `truncated` is True exactly for the samples cut at `max_new_tokens` without one;
 - the n samples of a prompt are contiguous (groups contiguous), like rewards and advantages later;
 - temperature 0 is greedy, top_k 0 is off, top_p 1 is off; nothing else alters the distribution
