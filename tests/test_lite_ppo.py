@@ -92,9 +92,9 @@ def test_help_lists_the_choices_of_fixed_value_flags():
                             text=True, timeout=120)
     assert result.returncode == 0
     text = " ".join(result.stdout.split())
-    for choices in ("{none,tensorboard,wandb}", "{chat,plain}", "{auto,vllm,hf}", "{constant,cosine}"):
+    for choices in ("{none,tensorboard,wandb}", "{chat,plain,fewshot}", "{auto,vllm,hf}", "{constant,cosine}"):
         assert choices in text, choices
-    assert "Q4_1" in text  # the embedded model is a de-quantized GGUF, and --help says so
+    assert "de-quantized" in text and "(not the original weights)" in text  # --help says the model is a copy
 
 
 def test_a_finished_run_is_never_appended_to_without_resume(tiny_model_path, tiny_math_data, tmp_path):
