@@ -70,6 +70,7 @@ huge integers). Hence the batched form for the trainer, whose workers are killed
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import threading
@@ -106,8 +107,8 @@ def last_boxed(text: str, max_chars: int | None = None) -> str | None:
     return box[0] if box else None
 
 
-def _last_box(text: str, before: int, max_chars: int | None) -> tuple[str, int] | None:
-    """(content, end) of the last box that starts before `before`, `end` the index just past it; None as in
+def _last_box(text: str, before: int, max_chars: int | None) -> tuple[str, int, int] | None:
+    """(content, start, end) of the last box that starts before `before`, `end` the index just past it; None as in
     last_boxed."""
     k = _box_start(text, before)
     if k == -1:
@@ -118,9 +119,9 @@ def _last_box(text: str, before: int, max_chars: int | None) -> tuple[str, int] 
         j += 1
     if text.startswith("{", j):
         content = _braced(text, j, max_chars)
-        return (content, j + len(content) + 2) if content is not None else None
+        return (content, k, j + len(content) + 2) if content is not None else None
     token = _TOKEN.match(text, start)  # "\boxed 5"
-    return (token.group(1), token.end()) if token else None
+    return (token.group(1), k, token.end()) if token else None
 
 
 def _box_start(text: str, end: int) -> int:
@@ -177,7 +178,7 @@ _HEDGE = re.compile(r"\s*,?\s*or\b", re.I)
 _SUBJECT = re.compile(r"\s*(?:is|are|was|equals|becomes)\b", re.I)
 _HEDGED_BOX = re.compile(r"\}\$?\s*,?\s*or\s*\$?\s*$")
 _CALLS = re.compile(r"\\[a-zA-Z]+|[a-zA-Z]\s*\([^()]*\)")  # commands and function calls f(2): not variables
-_VARIABLE = re.compile(r"[a-zA-Z]")
+_LETTER = re.compile(r"[a-zA-Z]")
 _UPRIGHT = re.compile(r"\\(?:mathrm|operatorname|text|textrm)\s*\{\s*([ei])\s*\}")  # \mathrm{e}, \mathrm{i}
 _LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\\,|,\\!)(?=\d{3})")  # 12\,500, 12,\!500 in a math span
 
@@ -236,7 +237,7 @@ def _span_answer(content: str) -> str:
     if point := re.fullmatch(r"\s*[A-Z]\s*(\(.*\))\s*", content):
         return point.group(1)  # a labelled point A(0, 5): the label is no factor
     sides = _EQUALS.split(content)
-    if len(sides) == 2 and _VARIABLE.search(_CALLS.sub("", sides[0])):
+    if len(sides) == 2 and _LETTER.search(_CALLS.sub("", sides[0])):
         return content  # an equation in its variables (6x - 4y + 2z - 10 = 0), not a computation (4 \cdot 5 = 20)
     if len(sides) > 2 or (len(sides) == 2 and not re.fullmatch(r"\s*[a-zA-Z](?:_\{?\w+\}?)?\s*", sides[0])):
         return sides[-1].strip()
@@ -274,11 +275,11 @@ def _final_boxes(text: str) -> str | None:
     box = _last_box(text, len(text), MAX_ANSWER_CHARS)
     if box is None:
         return None
-    contents, k = [box[0].strip()], _box_start(text, len(text))
+    contents, k = [box[0].strip()], box[1]
     while (len(contents) < MAX_BOXES and (previous := _last_box(text, k, MAX_ANSWER_CHARS))
-           and previous[1] <= k and _BOX_JOINER.fullmatch(text, previous[1], k)):
+           and previous[2] <= k and _BOX_JOINER.fullmatch(text, previous[2], k)):
         contents.insert(0, previous[0].strip())
-        k = _box_start(text, k)
+        k = previous[1]
     return ", ".join(c for c in contents if c) or None
 
 
@@ -324,7 +325,6 @@ def _is_solution(gold: str) -> bool:
 _GROWER = re.compile(r"\^|\*\*|(?<!\\)!(?!=)|\\[dt]?binom|\\choose|\\Gamma")
 _CALCULUS = re.compile(r"\\(?:[io]*int|lim|sum|prod)(?![a-zA-Z])")  # none in 14.8k gold answers
 _POWER_NEXT = re.compile(r"\s*(\^|\*\*)")
-_LETTER = re.compile(r"[a-zA-Z]")
 _LETTERS, _DIGITS = re.compile(r"[a-zA-Z]*"), re.compile(r"[\d.]*")
 _OPEN, _CLOSE = "([{", ")]}"
 
@@ -484,18 +484,15 @@ def _as_matrix(s: str) -> str:
 
 _SYMBOLIC = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]")  # a variable, not a letter of a \command
 _CONVERSION = ConversionConfig(lowercase_symbols=False)
-_EXPRS: dict[str, object] = {}
 
 
+@functools.lru_cache(maxsize=10_000)  # gold answers repeat G times per prompt
 def _expression(s: str) -> object:
-    if s not in _EXPRS:
-        try:
-            _EXPRS[s] = latex2sympy(s, conversion_config=_CONVERSION)
-        except Exception:
-            _EXPRS[s] = None
-        if len(_EXPRS) >= 10_000:
-            _EXPRS.clear()
-    return _EXPRS.get(s)
+    """latex2sympy's reading of `s`, or None where it cannot read it."""
+    try:
+        return latex2sympy(s, conversion_config=_CONVERSION)
+    except Exception:
+        return None
 
 
 def _as_products(e: sympy.Expr, source: str) -> sympy.Expr:
