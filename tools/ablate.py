@@ -107,6 +107,16 @@ def variants_of(args: Args) -> list[str]:
     return list(dict.fromkeys(names))  # in order, once each
 
 
+def mean_over_steps(run: dict, key: str) -> float:
+    """A mechanism metric's mean over a run's steps (NaN where the run never logged it)."""
+    return sum(v for _, v in run[key]) / len(run[key]) if run.get(key) else math.nan
+
+
+def mechanism_keys(techniques: list[str]) -> list[str]:
+    """The metrics that show the techniques' mechanisms, once each, in order."""
+    return list(dict.fromkeys(k for t in techniques for k in TECHNIQUES[t][2]))
+
+
 def metric_curves(run_dir: Path, keys: list[str]) -> dict[str, list[tuple[int, float]]]:
     rows = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "rollout/response_len_mean" in r]
     return {k: [(r["step"], r[k]) for r in rows if r.get(k) is not None] for k in keys}
@@ -229,7 +239,7 @@ def table(results: dict[str, list[dict]], keys: list[str]) -> str:
             cells += [fmt_pm([r["sampled"][0][1] for r in runs if "sampled" in r]),
                       fmt_pm([r["sampled"][1][1] for r in runs if "sampled" in r])]
         for k in keys:
-            cells.append(fmt_pm([sum(v for _, v in r[k]) / len(r[k]) if r.get(k) else math.nan for r in runs]))
+            cells.append(fmt_pm([mean_over_steps(r, k) for r in runs]))
         cells.append(fmt_seconds(stats([r["wall_s"] for r in runs])[0]))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -240,7 +250,7 @@ def main(args: Args, extra: list[str]) -> int:
     for sub in ("runs", "logs", "evals"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     variants = variants_of(args)
-    keys = list(dict.fromkeys(k for t in args.techniques for k in TECHNIQUES[t][2]))
+    keys = mechanism_keys(args.techniques)
     failed = []
     if not args.plot_only:
         for seed in args.seeds:  # seed-major, each seed evaluated when its runs end: a stopped ablation keeps them
@@ -298,13 +308,12 @@ def cell_flags(cell: str, eval_size: int) -> tuple[str, list[str]]:
 
 def run_cells(args: Args, extra: list[str]) -> int:
     """Each cell as a whole ablation in its own folder, then <out>/cells.md: per technique, a column per cell."""
-    out, status, results = Path(args.out).resolve(), 0, {}
+    out, status, results, keys = Path(args.out).resolve(), 0, {}, mechanism_keys(args.techniques)
     cells = {cell: cell_flags(cell, args.cell_eval_size) for cell in args.cells}  # every cell checked before any run
     for cell, (name, flags) in cells.items():
         print(f"[ablate] cell {cell}: {' '.join(flags)}", flush=True)
         sub = dataclasses.replace(args, cells=[], out=str(out / name))
         status |= main(sub, flags + extra)
-        keys = list(dict.fromkeys(k for t in args.techniques for k in TECHNIQUES[t][2]))
         results[cell] = collect(variants_of(sub), args.seeds, out / name, keys)
     out.mkdir(parents=True, exist_ok=True)
     (out / "cells.md").write_text(cells_table(args, results, {c: n for c, (n, _) in cells.items()}))
@@ -327,7 +336,7 @@ def cells_table(args: Args, results: dict[str, dict[str, list[dict]]], names: di
             for cell in args.cells:
                 runs = results[cell].get(variant, [])
                 finals = [r["sampled"][1][1] if "sampled" in r else r["final_acc"] for r in runs]
-                metric = [sum(v for _, v in r[keys[0]]) / len(r[keys[0]]) if r.get(keys[0]) else math.nan for r in runs]
+                metric = [mean_over_steps(r, keys[0]) for r in runs]
                 cells.append(f"{fmt_pm(finals)} ({keys[0]} {fmt_pm(metric)})" if runs else "—")
             lines.append(f"| {variant} | " + " | ".join(cells) + " |")
         lines.append("")
