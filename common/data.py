@@ -356,7 +356,7 @@ def stop_ids(tokenizer: Any, template: str) -> list[int]:
     answer, which would then be the one graded). The other templates: none."""
     if template != "fewshot":
         return []
-    texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])  # ~1 s for Gemma's 262k tokens
+    texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])  # 1.7 s for Gemma's 262k tokens here
     return [i for i, text in enumerate(texts) if "\n" in text]
 
 
