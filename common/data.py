@@ -5,10 +5,10 @@ answer as a string ("18", "\\frac{1}{2}", ...), checked later by common/reward.p
 
 Source syntax (the `--dataset` string of every script), read by `load_rows(source, split)`:
 
-    arithmetic[:key=value,...]   the built-in task, made in code; keys digits, operands, ops, n, seed
+    arithmetic[:key=value,...]   the built-in task, made in code; keys digits, operands, ops, n, seed, test
                                  e.g. "arithmetic:digits=1,operands=3,ops=+-*,n=2000,seed=0"
                                  (n defaults to 10000 for train, 500 for test, capped at what the
-                                 split holds)
+                                 split holds; test: the held-out share of the problem space, 0.1)
     gsm8k | math | math500 | aime24 | amc23 | olympiadbench | minerva
                                  a known set: a local file if there is one, else its hub id
     path/to/file.jsonl | .json | .parquet
@@ -76,11 +76,11 @@ FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 TEST_FRACTION = 0.1  # share of the problem space that belongs to the held-out split
 
 
-def _split_of(expr: str) -> str:
+def _split_of(expr: str, test_fraction: float = TEST_FRACTION) -> str:
     # A hash of the canonical text decides the split, so train and test are disjoint for every
-    # seed and n, and a problem never changes sides.
+    # seed and n, and a problem never changes sides (a larger test share only adds to the test split).
     h = int.from_bytes(hashlib.blake2b(expr.encode(), digest_size=8).digest(), "big")
-    return "test" if h / 2**64 < TEST_FRACTION else "train"
+    return "test" if h / 2**64 < test_fraction else "train"
 
 
 def _evaluate(nums: list[int], opers: list[str]) -> int:
@@ -98,18 +98,18 @@ def _arith_space(digits: int, num_operands: int, ops: str) -> tuple[range, int]:
     return values, len(values) ** num_operands * len(ops) ** (num_operands - 1)
 
 
-def _is_small(space: int, split: str, n: int) -> bool:
-    share = TEST_FRACTION if split == "test" else 1 - TEST_FRACTION
+def _is_small(space: int, split: str, n: int, test_fraction: float) -> bool:
+    share = test_fraction if split == "test" else 1 - test_fraction
     return space * share <= 2 * n + 1000
 
 
 @functools.lru_cache(maxsize=8)
-def _split_pool(split: str, digits: int, num_operands: int, ops: str) -> list[tuple]:
+def _split_pool(split: str, digits: int, num_operands: int, ops: str, test_fraction: float) -> list[tuple]:
     values, _ = _arith_space(digits, num_operands, ops)
     pool = []
     for nums in itertools.product(values, repeat=num_operands):
         for opers in itertools.product(ops, repeat=num_operands - 1):
-            if _split_of(_expr(nums, opers)) == split:
+            if _split_of(_expr(nums, opers), test_fraction) == split:
                 pool.append((nums, opers))
     return pool
 
@@ -119,13 +119,14 @@ def _expr(nums: tuple[int, ...], opers: tuple[str, ...]) -> str:
 
 
 def make_arithmetic(n: int, split: str = "train", seed: int = 0, digits: int = 2,
-                    num_operands: int = 2, ops: str = "+-") -> list[dict]:
+                    num_operands: int = 2, ops: str = "+-", test_fraction: float = TEST_FRACTION) -> list[dict]:
     """`n` distinct problems like "What is 47 + 85?", seeded; the splits never share a problem.
 
     Operands have exactly `digits` digits (0-9 for one digit); "*" binds tighter than "+"/"-";
     results may be negative. Defaults (2 digits, 2 operands, "+-") because SmolLM2-135M-Instruct
     solves 2-digit sums only ~10-15% of the time (1-digit ~30-55%): hard enough to leave room to
     learn, easy enough that most groups of 8 samples hold a correct one for GRPO-style advantages.
+    `test_fraction` of the problem space is held out (a small space's test split grows with it).
     """
     if split not in ("train", "test"):
         raise BadSpec(f"arithmetic split must be 'train' or 'test', got {split!r}")
@@ -133,10 +134,12 @@ def make_arithmetic(n: int, split: str = "train", seed: int = 0, digits: int = 2
         raise BadSpec(f"need digits >= 1, num_operands >= 2, n >= 1; got {digits}, {num_operands}, {n}")
     if not ops or set(ops) - set("+-*") or len(set(ops)) != len(ops):
         raise BadSpec(f"ops must be distinct characters from '+-*', got {ops!r}")
+    if not 0 < test_fraction < 1:
+        raise BadSpec(f"the held-out share must be in (0, 1), got {test_fraction!r}")
     values, space = _arith_space(digits, num_operands, ops)
     rng = random.Random(f"arithmetic:{split}:{seed}:{digits}:{num_operands}:{ops}")
-    if _is_small(space, split, n):  # enumerate, so the size check is exact
-        pool = _split_pool(split, digits, num_operands, ops)
+    if _is_small(space, split, n, test_fraction):  # enumerate, so the size check is exact
+        pool = _split_pool(split, digits, num_operands, ops, test_fraction)
         if n > len(pool):
             raise BadSpec(
                 f"the {split} split of arithmetic (digits={digits}, operands={num_operands}, "
@@ -149,7 +152,7 @@ def make_arithmetic(n: int, split: str = "train", seed: int = 0, digits: int = 2
             nums = tuple(rng.choice(values) for _ in range(num_operands))
             opers = tuple(rng.choice(ops) for _ in range(num_operands - 1))
             e = _expr(nums, opers)
-            if e not in seen and _split_of(e) == split:
+            if e not in seen and _split_of(e, test_fraction) == split:
                 seen.add(e)
                 chosen.append((nums, opers))
     return [{"id": "arithmetic:" + _expr(nums, opers).replace(" ", ""),
@@ -158,7 +161,7 @@ def make_arithmetic(n: int, split: str = "train", seed: int = 0, digits: int = 2
 
 
 def _arithmetic_from_string(source: str, split: str) -> list[dict]:
-    keys = {"digits": "digits", "operands": "num_operands", "ops": "ops", "n": "n", "seed": "seed"}
+    keys = {"digits": "digits", "operands": "num_operands", "ops": "ops", "n": "n", "seed": "seed", "test": "test_fraction"}
     bounds = {"digits": (1, 18), "operands": (2, 10), "n": (1, 10**7), "seed": (-(2**63), 2**63 - 1)}
     kw: dict[str, Any] = {}
     _, _, settings = source.partition(":")
@@ -171,15 +174,21 @@ def _arithmetic_from_string(source: str, split: str) -> list[dict]:
                 raise BadSpec(f"{source!r}: ops={value!r} must be distinct characters from '+-*'")
             kw["ops"] = value
             continue
+        if key == "test":
+            if not re.fullmatch(r"0?\.\d+", value) or not 0 < float(value) <= 0.5:
+                raise BadSpec(f"{source!r}: test={value!r} must be a held-out share in (0, 0.5], e.g. test=0.25")
+            kw["test_fraction"] = float(value)
+            continue
         low, high = bounds[key]
         if not re.fullmatch(r"-?\d+", value) or not low <= int(value) <= high:
             raise BadSpec(f"{source!r}: {key}={value!r} must be an integer in [{low}, {high}]")
         kw[keys[key]] = int(value)
     if "n" not in kw:
-        d, k, ops = kw.get("digits", 2), kw.get("num_operands", 2), kw.get("ops", "+-")
+        d, k, ops, share = kw.get("digits", 2), kw.get("num_operands", 2), kw.get("ops", "+-"), \
+            kw.get("test_fraction", TEST_FRACTION)
         n = 10000 if split == "train" else 500
-        if split in ("train", "test") and _is_small(_arith_space(d, k, ops)[1], split, n):
-            n = min(n, len(_split_pool(split, d, k, ops)))
+        if split in ("train", "test") and _is_small(_arith_space(d, k, ops)[1], split, n, share):
+            n = min(n, len(_split_pool(split, d, k, ops, share)))
         kw["n"] = n
     return make_arithmetic(split=split, **kw)
 

@@ -85,7 +85,20 @@ def test_arithmetic_source_string():
         load_rows("arithmetic:width=3")
 
 
+def test_a_larger_held_out_share_only_moves_problems_from_train_to_test():
+    spec = "arithmetic:digits=1,operands=3,ops=+"  # 1,000 problems in all
+    test, wide = (set(r["id"] for r in load_rows(spec + extra, split="test")) for extra in ("", ",test=0.25"))
+    train, narrow = (set(r["id"] for r in load_rows(spec + extra, split="train")) for extra in ("", ",test=0.25"))
+    assert test < wide and narrow < train and not wide & narrow and len(wide | narrow) == 1000
+    assert 200 < len(wide) < 300 and 80 < len(test) < 140  # ~25% and ~10% of the hashes
+    assert load_rows(spec + ",test=0.1", split="test") == load_rows(spec, split="test")  # 0.1 is the default
+    assert load_rows("arithmetic:test=.3,n=50", split="test") == make_arithmetic(50, "test", test_fraction=0.3)
+
+
 @pytest.mark.parametrize("spec,message", [
+    ("arithmetic:test=0", r"test='0' must be a held-out share in \(0, 0.5\]"),
+    ("arithmetic:test=0.6", r"test='0.6' must be a held-out share"),
+    ("arithmetic:test=25", r"test='25' must be a held-out share"),
     ("arithmetic:digits=0", r"digits='0' must be an integer in \[1, 18\]"),
     ("arithmetic:digits=1.5", r"digits='1.5' must be an integer"),
     ("arithmetic:digits=19", r"digits='19'"),
