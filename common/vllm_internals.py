@@ -65,9 +65,10 @@ def quiet_startup() -> None:
 
 def quiet_reload_warnings(tied_lm_head: bool) -> None:
     """Each reload warns "<layer>: Failed to load weights" for layers the checkpoint has no tensor for:
-    RotaryEmbedding (its cos/sin cache is derived from the config; vLLM keeps it) and, for a tied model,
-    ParallelLMHead (handled by _refresh_tied_lm_head). Drop those two messages, keep the others."""
-    quiet = ("RotaryEmbedding", "ParallelLMHead") if tied_lm_head else ("RotaryEmbedding",)
+    RotaryEmbedding (its cos/sin cache is derived from the config; vLLM keeps it), Gemma3Model (its one tensor
+    of its own is the embedding scale `normalizer`, sqrt(hidden_size), a buffer) and, for a tied model,
+    ParallelLMHead (handled by _refresh_tied_lm_head). Drop those messages, keep the others."""
+    quiet = ("RotaryEmbedding", "Gemma3Model") + (("ParallelLMHead",) if tied_lm_head else ())
     logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(
         lambda record: not any(record.getMessage().startswith(f"{name}: Failed to load weights") for name in quiet))
 
