@@ -30,6 +30,8 @@ def test_a_technique_runs_its_variants_with_their_switches_then_reuses_them(tiny
     assert (base["num_mini_batches"], high["num_mini_batches"]) == (4, 4)  # compared where a ratio can leave 1
     assert (base["clip_eps_high"], high["clip_eps_high"]) == (None, 0.28)  # the switch, and nothing else, differs
     assert {k for k in base if base[k] != high[k]} == {"clip_eps_high", "run_name"}
+    last = tmp_path / "runs/ablate__off_policy__1/checkpoints" / f"step-{base['total_steps']}"
+    assert (last / "model").is_dir() and not (last / "state").exists()  # the optimizer's state is dropped, not the model
     assert (tmp_path / "clip_higher.png").read_bytes().startswith(PNG_MAGIC)
     md = (tmp_path / "ablation.md").read_text()
     rows = table_rows(md)
@@ -125,33 +127,55 @@ def test_cells_run_each_setup_as_a_whole_ablation_and_tabulate_a_column_per_cell
 
     ran = []
     monkeypatch.setattr(tool, "main", lambda args, extra: ran.append((Path(args.out).name, args.cells, extra)) or 0)
+    bonus = {"smollm2": {"lite_ppo": 0.3, "group_std": 0.0, "batch_mean": 0.05},
+             "gemma3": {"lite_ppo": 0.1, "group_std": 0.0, "batch_mean": 0.05}}
 
     def collect(variants, seeds, out, keys):  # two seeds of each variant; cell gemma3 has no sampled eval
-        base = 0.1 if out.name.startswith("smollm2") else 0.3
-        runs = lambda v: [{"final_acc": base + 0.2 * s, "rollout/adv_abs_mean": [(1, 0.5 * s), (2, 0.5 * s)],
-                           **({"sampled": [(0, 0.0), (8, base + 0.1 * s)]} if base < 0.2 else {})} for s in seeds]
+        model = out.name.partition("__")[0]
+        runs = lambda v: [{"final_acc": 0.3 + 0.2 * s + bonus[model][v], "wall_s": 60.0 * s, "rollout/adv_abs_mean": [(1, 0.5 * s), (2, 0.5 * s)],
+                           **({"sampled": [(0, 0.0), (8, 0.1 + 0.1 * s + bonus[model][v])]} if model == "smollm2" else {})}
+                          for s in seeds]
         return {v: runs(v) for v in variants}
 
     monkeypatch.setattr(tool, "collect", collect)
-    cells = ["smollm2:arithmetic:digits=1,operands=3", "gemma3:arithmetic:digits=2"]
+    cells = ["smollm2:arithmetic:digits=1,operands=3", "gemma3:hard"]
     args = tool.Args(techniques=["normalization"], seeds=[1, 2], out=str(tmp_path), cells=cells, cell_eval_size=50)
     assert tool.run_cells(args, ["--total-steps", "4"]) == 0
+    hard = tool.TIERS["hard"]
     assert ran == [
         ("smollm2__digits=1,operands=3", [], ["--model", "smollm2-135m-instruct", "--template", "chat", "--dataset",
          "arithmetic:digits=1,operands=3", "--eval-dataset", "arithmetic:digits=1,operands=3", "--eval-size", "50",
          "--total-steps", "4"]),
-        ("gemma3__digits=2", [], ["--model", "gemma3-270m", "--template", "fewshot", "--max-new-tokens", "48",
-         "--dataset", "arithmetic:digits=2", "--eval-dataset", "arithmetic:digits=2", "--eval-size", "50",
-         "--total-steps", "4"])]
+        ("gemma3__hard", [], ["--model", "gemma3-270m", "--template", "fewshot", "--max-new-tokens", "48",
+         "--learning-rate", "3e-6", "--dataset", hard, "--eval-dataset", hard, "--eval-size", "50", "--total-steps", "4"])]
     rows = table_rows((tmp_path / "cells.md").read_text())
-    # smollm2: avg@N of seeds 1, 2 = 0.2, 0.3; gemma3 (no sampled eval): greedy 0.5, 0.7; adv_abs_mean 0.5, 1.0
-    assert rows["lite_ppo"][1:] == ["0.250 ± 0.050 (rollout/adv_abs_mean 0.750 ± 0.250)",
-                                    "0.600 ± 0.100 (rollout/adv_abs_mean 0.750 ± 0.250)"]
-    assert set(rows) == {"variant", "lite_ppo", "group_std"}
+    # smollm2: avg@N of seeds 1, 2 = 0.5, 0.6 (lite_ppo), 0.2, 0.3 (group_std), 0.25, 0.35 (batch_mean);
+    # gemma3 (no sampled eval): greedy 0.6, 0.8 / 0.5, 0.7 / 0.55, 0.75; adv_abs_mean 0.5, 1.0 everywhere
+    assert rows["lite_ppo"][1:] == ["0.550 ± 0.050 (rollout/adv_abs_mean 0.750 ± 0.250)",
+                                    "0.700 ± 0.100 (rollout/adv_abs_mean 0.750 ± 0.250)"]
+    assert rows["batch_mean"][1] == "0.300 ± 0.050 (rollout/adv_abs_mean 0.750 ± 0.250)"
+    assert rows["the paper"][1].endswith("(expects lite_ppo)")
+    # smollm2's ranges are apart; gemma3's overlap: 4 (0.02 + 0.02) / 0.1^2 = 16 seeds, / 0.05^2 = 64 seeds
+    assert rows["here"][1:] == ["vs group_std: agreed (+0.300, resolved); vs batch_mean: agreed (+0.250, resolved)",
+                                "vs group_std: unresolved (+0.100; ~16 seeds); vs batch_mean: unresolved (+0.050; ~64 seeds)"]
+    assert rows["gemma3:hard"] == ["gemma3:hard", "6", "90.0 s", "9.0 min"]  # 3 variants x seeds 1, 2: 60 s and 120 s
+    assert set(rows) == {"variant", "lite_ppo", "group_std", "batch_mean", "the paper", "here", "cell",
+                         "smollm2:arithmetic:digits=1,operands=3", "gemma3:hard"}
+
+
+def test_a_verdict_says_which_way_the_seeds_point_and_how_many_would_resolve_it():
+    from tools.ablate import verdict
+
+    runs = lambda *finals: [{"final_acc": f} for f in finals]
+    assert verdict({"a": runs(0.1, 0.2), "b": runs(0.3, 0.4)}, "a", "b") == "vs b: contradicted (-0.200, resolved)"
+    # var 0.02 and 0.00125 over a gap of 0.025: 4 * 0.02125 / 0.025^2 = 136
+    assert verdict({"a": runs(0.2, 0.4), "b": runs(0.25, 0.3)}, "a", "b") == "vs b: unresolved (+0.025; ~136 seeds)"
+    assert verdict({"a": runs(0.2), "b": runs(0.1, 0.3)}, "a", "b") == "vs b: unresolved (fewer than 2 seeds)"
+    assert verdict({"a": runs(0.2, 0.4), "b": runs(0.4, 0.2)}, "a", "b") == "vs b: unresolved (no gap)"
 
 
 def test_a_bad_cell_is_refused_before_anything_runs(tmp_path):
-    for cell, message in (("llama:arithmetic:digits=1", "MODEL one of smollm2, gemma3"),
+    for cell, message in (("llama:arithmetic:digits=1", "MODEL one of smollm2, gemma3"), ("gemma3:trivial", "TIER one of easy"),
                           ("gemma3:arithmetic:digits=0", "digits='0' must be an integer")):
         result = ablate(tmp_path, "--cells", cell)
         assert result.returncode != 0 and message in result.stderr, result.stderr[-2000:]

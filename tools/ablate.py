@@ -14,14 +14,18 @@ stopped ablation keeps the seeds it finished. Per technique, <out>/<technique>.p
     python tools/ablate.py --skip-existing --seeds 1 2 3 4   # add a seed, reuse the finished runs
     python tools/ablate.py --plot-only
     python tools/ablate.py -- --total-steps 16               # after --: to every run
-    python tools/ablate.py --cells smollm2:arithmetic:digits=1,operands=3 gemma3:arithmetic:digits=1,operands=3
+    python tools/ablate.py --cells smollm2:easy gemma3:easy smollm2:hard gemma3:hard --final-samples 4
+    python tools/ablate.py --cells smollm2:arithmetic:digits=1,operands=3   # a cell on any arithmetic spec
 
 A variant is lite_ppo.py's defaults (Lite PPO) plus its flags (VARIANTS); a technique names the variants it
-compares and the metrics that show its mechanism (TECHNIQUES). Runs that fail are reported and the others go on.
+compares and the metrics that show its mechanism (TECHNIQUES). Runs that fail are reported and the others go on;
+a finished run keeps its checkpoints' models for the evals and drops their optimizer state (3 GB for Gemma 3 270M).
 
-A cell (`--cells MODEL:DATA`) is one of the paper's setups: a model of MODELS (an aligned one, a base one) with its
-prompt protocol, trained and evaluated on one arithmetic spec (--cell-eval-size held-out problems). Each cell is a
-whole ablation in <out>/<model>__<data>/, and <out>/cells.md holds one table per technique, a column per cell.
+A cell (`--cells MODEL:TIER` or `MODEL:DATA`) is one of the paper's setups: a model of MODELS (an aligned one, a base
+one) with its prompt protocol, trained and evaluated on one difficulty tier of TIERS or any arithmetic spec
+(--cell-eval-size held-out problems). Each cell is a whole ablation in <out>/<model>__<tier>/, and <out>/cells.md
+holds one table per technique, a column per cell, with the paper's prediction for the cell's model type beside the
+verdict of the seeds (PREDICTIONS, verdict).
 """
 
 import dataclasses
@@ -29,6 +33,7 @@ import json
 import math
 import shlex
 import shutil
+import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,7 +63,9 @@ VARIANTS = {  # name: lite_ppo.py flags on top of its defaults
 Variant = Literal["lite_ppo", "group_std", "batch_mean", "no_std", "clip_high", "off_policy", "clip_high_off_policy",
                   "seq_agg", "overlong_filter", "minus_one", "fp32", "bf16", "bf16_no_is"]
 TECHNIQUES = {  # name: (title, the variants compared, the metrics that show the mechanism)
-    "normalization": ("advantage normalization", ["lite_ppo", "group_std"], ["rollout/adv_abs_mean", "rollout/adv_abs_max"]),
+    # Lite PPO's mixed normalization (group mean, batch std) vs GRPO's group std vs batch mean and std
+    "normalization": ("advantage normalization", ["lite_ppo", "group_std", "batch_mean"],
+                      ["rollout/adv_abs_mean", "rollout/adv_abs_max"]),
     # on the base (one update per rollout) every ratio is exactly 1 and no clip bound acts: compared off-policy
     "clip_higher": ("clip-higher", ["off_policy", "clip_high_off_policy"], ["losses/clipfrac", "losses/entropy"]),
     "aggregation": ("loss aggregation", ["lite_ppo", "seq_agg"], ["rollout/response_len_mean"]),
@@ -67,11 +74,28 @@ TECHNIQUES = {  # name: (title, the variants compared, the metrics that show the
                   ["rollout/sampler_kl", "rollout/sampler_ratio_max", "time/generation", "time/training"]),
 }
 PAPER = ["normalization", "clip_higher", "aggregation", "overlong_filter"]  # the default: the paper's four
-MODELS = {  # a cell's model: the flags that select it and its prompt protocol (README: "A base model beside ...")
-    "smollm2": ["--model", "smollm2-135m-instruct", "--template", "chat"],  # aligned
+MODELS = {  # a cell's model: its type, the flags that select it and its prompt protocol (README: "A base model ...")
+    "smollm2": ("aligned", ["--model", "smollm2-135m-instruct", "--template", "chat"]),
     # base: does not follow an instruction (5% right under "plain"), answers worked problems in one line of 19-28
-    # tokens (fewshot: 19% on one-digit sums at T=1)
-    "gemma3": ["--model", "gemma3-270m", "--template", "fewshot", "--max-new-tokens", "48"],
+    # tokens (fewshot: 19% on one-digit sums at T=1). Its rate: 8 steps on digits=1,operands=3 took the held-out
+    # greedy accuracy from 0.115 to 0.025 in 2 steps at 2e-5, to 0.005 at 1e-5, 0.050 at 3e-6, 0.055 at 1e-6
+    "gemma3": ("base", ["--model", "gemma3-270m", "--template", "fewshot", "--max-new-tokens", "48",
+                        "--learning-rate", "3e-6"]),
+}
+PREDICTIONS = {  # technique: {model type: (the variant the paper expects to do better, or None, what it says)}
+    "normalization": {t: ("lite_ppo", "mixed (group mean, batch std) is the most robust; batch std beats group std "
+                                      "when most groups are uniform (easy and hard data)") for t in ("aligned", "base")},
+    "aggregation": {"aligned": ("seq_agg", "sequence level does better on aligned models"),
+                    "base": ("lite_ppo", "token level helps base models")},
+    "clip_higher": {"aligned": ("clip_high_off_policy", "clip-higher helps aligned models"),
+                    "base": ("off_policy", "clip-higher can hurt base models, whose clip rate is tiny")},
+    "overlong_filter": {t: ("overlong_filter", "helps when the length limit truncates many responses")
+                        for t in ("aligned", "base")},
+}
+TIERS = {  # difficulty: an arithmetic spec, chosen from both models' measured start accuracy (README: "Difficulty")
+    "easy": "arithmetic:digits=1,operands=3,ops=+,test=0.25",  # 240 held-out problems
+    "medium": "arithmetic:digits=1,operands=3",  # 392
+    "hard": "arithmetic:digits=2",  # 500 (of 1,599)
 }
 Technique = Literal["normalization", "clip_higher", "aggregation", "overlong_filter", "precision"]
 
@@ -93,7 +117,8 @@ class Args:
     final_samples: int = 16
     """eval.py's samples per held-out problem (avg@N) from the start model and each run's last checkpoint; 0 = none"""
     cells: list[str] = field(default_factory=list)
-    """MODEL:DATA setups (MODEL of MODELS: smollm2, gemma3; DATA an arithmetic spec), each a whole ablation; none: one"""
+    """MODEL:TIER or MODEL:DATA setups (MODELS: smollm2, gemma3; TIERS: easy, medium, hard; DATA: an arithmetic spec),
+    each a whole ablation; none: one ablation on the flags after --"""
     cell_eval_size: int = 200
     """held-out problems per cell (avg@N's standard error over problems is ~0.02 at 200)"""
 
@@ -142,6 +167,9 @@ def run_variant(variant: str, seed: int, flags: list[str], out: Path, skip_exist
            "no final eval line in metrics.jsonl" if load_run(run_dir) is None else None)
     if why:
         print(f"\n[ablate] FAILED: {variant} seed {seed} ({why}); log {log}, last lines:\n{tail(log)}\n", flush=True)
+    else:  # the optimizer's state only serves --resume, and a failed run is rerun whole: keep the model for evals
+        for state in (run_dir / "checkpoints").glob("step-*/state"):
+            shutil.rmtree(state)
     return why
 
 
@@ -290,20 +318,26 @@ def main(args: Args, extra: list[str]) -> int:
 
 
 def cell_flags(cell: str, eval_size: int) -> tuple[str, list[str]]:
-    """(folder name, lite_ppo.py flags) of a MODEL:DATA cell; SystemExit naming --cells if it is not one."""
+    """(folder name, lite_ppo.py flags) of a MODEL:TIER or MODEL:DATA cell; SystemExit naming --cells if it is not
+    one."""
     model, _, data = cell.partition(":")
+    data = TIERS.get(data, data)
     if model not in MODELS or not data.startswith("arithmetic"):
-        raise SystemExit(f"--cells {cell!r}: expected MODEL:DATA with MODEL one of {', '.join(MODELS)} and DATA an "
-                         "arithmetic spec (arithmetic:digits=1,operands=3)")
+        raise SystemExit(f"--cells {cell!r}: expected MODEL:TIER or MODEL:DATA with MODEL one of {', '.join(MODELS)}, "
+                         f"TIER one of {', '.join(TIERS)} and DATA an arithmetic spec (arithmetic:digits=1,operands=3)")
     from common.data import load_rows
     from common.errors import UsageError
 
     try:
-        load_rows(data, split="test", flag="--cells")  # a bad spec stops here, not in every run
+        held_out = len(load_rows(data, split="test", flag="--cells"))  # a bad spec stops here, not in every run
     except UsageError as e:
         raise SystemExit(str(e)) from None
-    name = f"{model}__{data.removeprefix('arithmetic').lstrip(':') or 'default'}"
-    return name, MODELS[model] + ["--dataset", data, "--eval-dataset", data, "--eval-size", str(eval_size)]
+    if held_out < eval_size:
+        print(f"[ablate] cell {cell}: its held-out split has {held_out} problems, fewer than --cell-eval-size "
+              f"{eval_size}", flush=True)
+    tier = cell.partition(":")[2]
+    name = f"{model}__{tier if tier in TIERS else data.removeprefix('arithmetic').lstrip(':') or 'default'}"
+    return name, MODELS[model][1] + ["--dataset", data, "--eval-dataset", data, "--eval-size", str(eval_size)]
 
 
 def run_cells(args: Args, extra: list[str]) -> int:
@@ -323,10 +357,13 @@ def run_cells(args: Args, extra: list[str]) -> int:
 
 def cells_table(args: Args, results: dict[str, dict[str, list[dict]]], names: dict[str, str]) -> str:
     """Per technique: a row per variant, a column per cell, the final avg@N (mean ± half range over seeds; the
-    final greedy accuracy where a cell has no sampled eval), then the technique's first mechanism metric."""
+    final greedy accuracy where a cell has no sampled eval), then the technique's first mechanism metric; under
+    them the paper's prediction for the cell's model type and the verdict of these runs."""
     lines = [f"# The paper's techniques per setup (cells: {', '.join(args.cells)})", "",
              "Final held-out avg@N (greedy accuracy where no sampled eval ran), mean ± half the range over seeds; "
-             "each cell's folder has its ablation.md and figures.", ""]
+             "each cell's folder has its ablation.md and figures. A verdict is resolved when the seeds' ranges of "
+             "the two variants do not overlap; otherwise it gives the seeds that would put the gap at two standard "
+             "errors (4 (s_a² + s_b²) / gap², s: the std over seeds).", ""]
     for technique in args.techniques:
         title, variants, keys = TECHNIQUES[technique]
         lines += [f"## {title}", "", "| variant | " + " | ".join(f"{c} ({names[c]}/)" for c in args.cells) + " |",
@@ -335,12 +372,41 @@ def cells_table(args: Args, results: dict[str, dict[str, list[dict]]], names: di
             cells = []
             for cell in args.cells:
                 runs = results[cell].get(variant, [])
-                finals = [r["sampled"][1][1] if "sampled" in r else r["final_acc"] for r in runs]
                 metric = [mean_over_steps(r, keys[0]) for r in runs]
-                cells.append(f"{fmt_pm(finals)} ({keys[0]} {fmt_pm(metric)})" if runs else "—")
+                cells.append(f"{fmt_pm(finals(runs))} ({keys[0]} {fmt_pm(metric)})" if runs else "—")
             lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+        if technique in PREDICTIONS:
+            said = [PREDICTIONS[technique][MODELS[c.partition(":")[0]][0]] for c in args.cells]
+            lines.append("| the paper | " + " | ".join(f"{text} (expects {best})" for best, text in said) + " |")
+            lines.append("| here | " + " | ".join(
+                "; ".join(verdict(results[c], best, other) for other in variants if other != best)
+                for c, (best, _) in zip(args.cells, said)) + " |")
         lines.append("")
-    return "\n".join(lines)
+    lines += ["## cost", "", "| cell | runs | wall time per run (mean) | all runs |", "|---|---:|---:|---:|"]
+    for cell in args.cells:
+        walls = [r["wall_s"] for runs in results[cell].values() for r in runs if not math.isnan(r["wall_s"])]
+        lines.append(f"| {cell} | {len(walls)} | {fmt_seconds(stats(walls)[0])} | {fmt_seconds(sum(walls))} |")
+    return "\n".join(lines + [""])
+
+
+def finals(runs: list[dict]) -> list[float]:
+    """Each run's final held-out avg@N (its final greedy accuracy where no sampled eval ran)."""
+    return [r["sampled"][1][1] if "sampled" in r else r["final_acc"] for r in runs]
+
+
+def verdict(results: dict[str, list[dict]], expected: str, other: str) -> str:
+    """Whether `expected` ended above `other`: agreed or contradicted where the seeds' ranges do not overlap,
+    else unresolved with the seeds that would resolve the gap at two standard errors."""
+    a, b = finals(results.get(expected, [])), finals(results.get(other, []))
+    if len(a) < 2 or len(b) < 2:
+        return f"vs {other}: unresolved (fewer than 2 seeds)"
+    gap = sum(a) / len(a) - sum(b) / len(b)
+    if min(a) > max(b) or max(a) < min(b):
+        return f"vs {other}: {'agreed' if gap > 0 else 'contradicted'} ({gap:+.3f}, resolved)"
+    var = sum(statistics.variance(x) for x in (a, b))
+    if not gap:
+        return f"vs {other}: unresolved (no gap)"
+    return f"vs {other}: unresolved ({gap:+.3f}; ~{math.ceil(4 * var / gap**2 - 1e-9)} seeds)"  # 1e-9: 16.0000001 is 16
 
 
 def technique_of(variant: str) -> str | None:
