@@ -184,3 +184,17 @@ def test_negative_final_samples_is_refused_before_anything_runs(tmp_path):
     assert result.returncode != 0
     assert "--final-samples -1: must be >= 0" in result.stderr
     assert not (tmp_path / "logs").exists()
+
+
+def test_an_eval_recorded_from_another_copy_of_the_tree_is_reused(tmp_path, capsys):
+    from tools.compare import sampled_eval
+
+    eval_dir, log = tmp_path / "evals" / "start", tmp_path / "logs" / "start__eval.log"
+    eval_dir.mkdir(parents=True)
+    log.parent.mkdir()
+    (eval_dir / "summary.json").write_text(json.dumps({"results": {"d": {"n": 4, "metrics": {"accuracy": 0.25}}}}))
+    rest = ["--model", "m", "--n", "4", "--output-dir", str(eval_dir)]
+    log.with_suffix(".json").write_text(json.dumps({"command": ["/elsewhere/eval.py", *rest], "returncode": 0}))
+    assert sampled_eval(["python", "/here/eval.py", *rest], eval_dir, log, "start") is None  # nothing run
+    assert "finished eval reused" in capsys.readouterr().out
+    assert sampled_eval(["/bin/false", "/here/eval.py", *rest[:-1], "other"], eval_dir, log, "start")  # other flags: rerun

@@ -174,7 +174,8 @@ def sampled_eval(cmd: list[str], eval_dir: Path, log: Path, what: str) -> str | 
     record = log.with_suffix(".json")
     if record.exists() and load_sampled(eval_dir) is not None:
         previous = json.loads(record.read_text())
-        if previous.get("command") == cmd[1:] and previous.get("returncode") == 0:  # cmd[0]: the interpreter
+        # cmd[0] is the interpreter, cmd[1] eval.py's path: the same eval from another copy of the tree is reused
+        if previous.get("command", [None])[1:] == cmd[2:] and previous.get("returncode") == 0:
             print(f"[compare] {what}: finished eval reused ({eval_dir})", flush=True)
             return None
     shutil.rmtree(eval_dir, ignore_errors=True)
