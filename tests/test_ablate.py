@@ -51,17 +51,22 @@ def test_a_technique_runs_its_variants_with_their_switches_then_reuses_them(tiny
     assert again.stdout.count("finished eval reused") == 3  # the start model and both checkpoints
 
 
-def test_each_seed_is_evaluated_when_its_runs_end(monkeypatch, tmp_path):
-    """A stopped ablation (hours on a CPU) keeps the sampled evals of the seeds whose runs all ended."""
+def test_each_run_is_evaluated_as_it_ends(monkeypatch, tmp_path):
+    """A stopped ablation (hours on a CPU, across sessions whose checkpoints do not outlive them) keeps every run it
+    finished with its sampled eval; a failed run is not evaluated."""
     from tools import ablate as tool
 
     calls, collected = [], []
-    monkeypatch.setattr(tool, "run_variant", lambda variant, seed, *a: calls.append(("run", variant, seed)))
-    monkeypatch.setattr(tool, "collect", lambda variants, seeds, *a: collected.append(seeds) or {v: [] for v in variants})
-    monkeypatch.setattr(tool, "sampled_evals", lambda *a: calls.append(("eval", collected[-1])) or [])
+    monkeypatch.setattr(tool, "run_variant", lambda variant, seed, *a: calls.append(("run", variant, seed)) or (
+        "exit status 1" if (variant, seed) == ("overlong_filter", 2) else None))
+    monkeypatch.setattr(tool, "collect", lambda variants, seeds, *a: collected.append((variants, seeds)) or
+                        {v: [] for v in variants})
+    monkeypatch.setattr(tool, "sampled_evals", lambda *a, start: calls.append(("eval", *collected[-1], start)) or [])
     assert tool.main(tool.Args(techniques=["overlong_filter"], seeds=[1, 2], out=str(tmp_path)), []) == 1  # nothing ran
-    assert calls == [("run", "lite_ppo", 1), ("run", "overlong_filter", 1), ("eval", [1]),
-                     ("run", "lite_ppo", 2), ("run", "overlong_filter", 2), ("eval", [2])]
+    # collect finds no run (none ran here), so each eval still asks for the start model's
+    assert calls == [("run", "lite_ppo", 1), ("eval", ["lite_ppo"], [1], True),
+                     ("run", "overlong_filter", 1), ("eval", ["overlong_filter"], [1], True),
+                     ("run", "lite_ppo", 2), ("eval", ["lite_ppo"], [2], True), ("run", "overlong_filter", 2)]
 
 
 def test_tables_and_figures_from_runs_on_disk(tmp_path):

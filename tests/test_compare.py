@@ -87,7 +87,7 @@ def test_compare_two_algorithms_two_seeds_then_reuse(tiny_model_path, tiny_math_
             # the sampled eval: eval.py on the last checkpoint with the run's sampling settings
             eval_cmd = json.loads((tmp_path / f"logs/{algo}__{seed}__eval.json").read_text())["command"]
             flag = dict(zip(eval_cmd[1::2], eval_cmd[2::2]))
-            assert flag["--model"] == str(tmp_path / f"runs/compare__{algo}__{seed}/checkpoints/step-2")
+            assert flag["--model"] == f"{{out}}/runs/compare__{algo}__{seed}/checkpoints/step-2"  # recorded under --out
             assert (flag["--n"], flag["--temperature"], flag["--max-new-tokens"], flag["--limit"]) == ("3", "1.0", "12", "8")
     start_cmd = json.loads((tmp_path / "logs/start__eval.json").read_text())["command"]
     assert start_cmd[start_cmd.index("--model") + 1] == tiny_model_path
@@ -198,3 +198,33 @@ def test_an_eval_recorded_from_another_copy_of_the_tree_is_reused(tmp_path, caps
     assert sampled_eval(["python", "/here/eval.py", *rest], eval_dir, log, "start") is None  # nothing run
     assert "finished eval reused" in capsys.readouterr().out
     assert sampled_eval(["/bin/false", "/here/eval.py", *rest[:-1], "other"], eval_dir, log, "start")  # other flags: rerun
+
+
+def test_an_eval_recorded_under_another_output_folder_is_reused(tmp_path, capsys):
+    """A study's records committed and checked out at another path: the eval's record names the paths under <out>
+    (its checkpoint, its output folder) relative to <out>, so the same eval under the moved folder is reused."""
+    import shutil
+    import sys
+
+    from tools.compare import sampled_eval
+
+    fake_eval = tmp_path / "eval.py"  # writes the summary eval.py would, to its --output-dir
+    fake_eval.write_text("import json, pathlib, sys\n"
+                         "out = pathlib.Path(sys.argv[sys.argv.index('--output-dir') + 1])\n"
+                         "out.mkdir(parents=True, exist_ok=True)\n"
+                         "(out / 'summary.json').write_text(json.dumps("
+                         "{'results': {'d': {'n': 4, 'metrics': {'accuracy': 0.25}}}}))\n")
+
+    def run(out):
+        (out / "logs").mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, str(fake_eval), "--model", str(out / "runs" / "r" / "checkpoints" / "step-8"),
+               "--output-dir", str(out / "evals" / "r")]
+        return sampled_eval(cmd, out / "evals" / "r", out / "logs" / "r__eval.log", "r")
+
+    assert run(tmp_path / "a") is None
+    record = json.loads((tmp_path / "a" / "logs" / "r__eval.json").read_text())
+    assert record["command"][1:] == ["--model", "{out}/runs/r/checkpoints/step-8", "--output-dir", "{out}/evals/r"]
+    assert "finished eval reused" not in capsys.readouterr().out
+    shutil.move(tmp_path / "a", tmp_path / "b")
+    assert run(tmp_path / "b") is None
+    assert "finished eval reused" in capsys.readouterr().out

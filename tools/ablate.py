@@ -1,9 +1,9 @@
 """The paper's techniques one at a time: named variants of one lite_ppo.py base run, each a switch away from it.
 
 Every (seed, variant) is a separate `python lite_ppo.py <variant's flags>` process, one after the other, with the
-same model, data, steps and seeds, seed after seed; when a seed's runs end, eval.py samples --final-samples answers
-per held-out problem from the start model and each of its runs' last checkpoint (avg@N, as tools/compare.py), so a
-stopped ablation keeps the seeds it finished. Per technique, <out>/<technique>.png: held-out accuracy per step
+same model, data, steps and seeds, seed after seed; as each run ends, eval.py samples --final-samples answers per
+held-out problem from its last checkpoint (and once from the start model: avg@N, as tools/compare.py), so a stopped
+ablation keeps every run it finished with its eval. Per technique, <out>/<technique>.png: held-out accuracy per step
 (greedy) with avg@N at the start and the end, beside the technique's own mechanism metrics per step; and
 <out>/ablation.md: the table, the figures and the commands.
 
@@ -194,14 +194,14 @@ def collect(variants: list[str], seeds: list[int], out: Path, keys: list[str]) -
     return results
 
 
-def sampled_evals(results: dict[str, list[dict]], out: Path, n: int) -> list[str]:
-    """avg@n of the start model (once) and of every finished run's last checkpoint; the failures."""
+def sampled_evals(results: dict[str, list[dict]], out: Path, n: int, start: bool = True) -> list[str]:
+    """avg@n of the start model (if `start`) and of every finished run's last checkpoint; the failures."""
     failed, runs = [], [(v, r) for v, rs in results.items() for r in rs]
     if not runs:
         return failed
     first = runs[0][1]["args"]
     jobs = [("start model", sampled_eval_command(first, first["model"], n, out / "evals" / "start"), out / "evals" / "start",
-             out / "logs" / "start__eval.log")]
+             out / "logs" / "start__eval.log")] if start else []
     for variant, run in runs:
         name = run_name(variant, run["seed"])
         checkpoint = out / "runs" / name / "checkpoints" / f"step-{run['args']['total_steps']}"
@@ -279,14 +279,16 @@ def main(args: Args, extra: list[str]) -> int:
         (out / sub).mkdir(parents=True, exist_ok=True)
     variants = variants_of(args)
     keys = mechanism_keys(args.techniques)
-    failed = []
+    failed, started = [], False
     if not args.plot_only:
-        for seed in args.seeds:  # seed-major, each seed evaluated when its runs end: a stopped ablation keeps them
-            for variant in variants:
+        for seed in args.seeds:  # seed-major; each run evaluated as it ends, so a stopped ablation keeps every run
+            for variant in variants:  # it finished whole (its checkpoint need not outlive the session)
                 if why := run_variant(variant, seed, VARIANTS[variant] + extra, out, args.skip_existing):
                     failed.append(f"{variant} seed {seed}: {why}")
-            if args.final_samples > 0:
-                failed += sampled_evals(collect(variants, [seed], out, keys), out, args.final_samples)
+                elif args.final_samples > 0:  # the start model with the first run that finished
+                    failed += sampled_evals(finished := collect([variant], [seed], out, keys), out, args.final_samples,
+                                            start=not started)
+                    started = started or any(finished.values())
     results = collect(variants, args.seeds, out, keys)
     if not any(results.values()):
         print("[ablate] no finished run: nothing to plot", flush=True)

@@ -171,16 +171,22 @@ def run_logged(cmd: list[str], log: Path, what: str) -> tuple[int, float]:
 
 def sampled_eval(cmd: list[str], eval_dir: Path, log: Path, what: str) -> str | None:
     """Run eval.py unless eval_dir holds the result of this same command; None, or why it failed."""
-    record = log.with_suffix(".json")
+    record, out = log.with_suffix(".json"), str(eval_dir.parents[1])
+
+    def portable(args: list[str]) -> list[str]:  # paths under <out> (checkpoints, eval folders) as {out}/...
+        return [a.replace(out, "{out}", 1) if a.startswith(out) else a for a in args]
+
     if record.exists() and load_sampled(eval_dir) is not None:
         previous = json.loads(record.read_text())
-        # cmd[0] is the interpreter, cmd[1] eval.py's path: the same eval from another copy of the tree is reused
-        if previous.get("command", [None])[1:] == cmd[2:] and previous.get("returncode") == 0:
+        # cmd[0] is the interpreter, cmd[1] eval.py's path: the same eval recorded from another copy of the tree, or
+        # with <out> at another path (a study committed with its records and moved), is reused
+        if portable(previous.get("command", [None])[1:]) == portable(cmd[2:]) and previous.get("returncode") == 0:
             print(f"[compare] {what}: finished eval reused ({eval_dir})", flush=True)
             return None
     shutil.rmtree(eval_dir, ignore_errors=True)
     returncode, seconds = run_logged(cmd, log, what)
-    record.write_text(json.dumps({"command": cmd[1:], "returncode": returncode, "wall_s": seconds}, indent=2))
+    record.write_text(json.dumps({"command": [cmd[1], *portable(cmd[2:])], "returncode": returncode,
+                                  "wall_s": seconds}, indent=2))
     if returncode != 0 or load_sampled(eval_dir) is None:
         print(f"\n[compare] FAILED: {what} (exit status {returncode}); log {log}, last lines:\n{tail(log)}\n", flush=True)
         return f"{what} failed (exit status {returncode})"
