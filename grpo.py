@@ -58,7 +58,7 @@ class Args:
     eval_dataset: str | None = None
     """held-out problems (default: the test split of --dataset)"""
     eval_size: int = 100
-    """held-out problems evaluated (the first N)"""
+    """held-out problems evaluated (the first N; 0: none, no held-out evaluation)"""
     template: Literal["chat", "plain", "fewshot"] = "chat"
     """prompt: chat (the tokenizer's chat template, instruct models), plain (base models) or fewshot (two worked
     problems first, then a one-line answer: small base models)"""
@@ -213,8 +213,9 @@ def main(args: Args) -> None:
         log_metrics(accelerator, run_dir, step, {f"eval/{k}": v for k, v in metrics.items()})
         return metrics["accuracy"]
 
-    first_eval = accuracy = run_eval(start_step)
-    accelerator.print(f"held-out accuracy before step {start_step}: {first_eval:.3f} ({len(eval_rows)} problems)")
+    first_eval = accuracy = run_eval(start_step) if eval_rows else None  # --eval-size 0: nothing held out, nothing logged
+    accelerator.print(f"held-out accuracy before step {start_step}: {first_eval:.3f} ({len(eval_rows)} problems)"
+                      if eval_rows else "no held-out evaluation (0 held-out problems)")
     progress = tqdm(range(start_step, args.total_steps), disable=not accelerator.is_main_process, desc=Path(__file__).stem)
     for step in progress:
         t0 = time.perf_counter()
@@ -304,12 +305,13 @@ def main(args: Args) -> None:
         progress.set_postfix(reward=f"{stats['rollout/reward_mean']:.3f}", len=f"{stats['rollout/response_len_mean']:.0f}",
                              s_per_step=f"{t_sync - t0:.1f}")
         last = step + 1 == args.total_steps
-        if (step + 1) % args.eval_every == 0 or last:
+        if eval_rows and ((step + 1) % args.eval_every == 0 or last):
             accuracy = run_eval(step + 1)
             accelerator.print(f"step {step + 1}: held-out accuracy {accuracy:.3f}")
         if (step + 1) % args.save_every == 0 or last:
             save_checkpoint(accelerator, run_dir, step + 1, model, tokenizer, args, args.keep_checkpoints)
-    accelerator.print(f"held-out accuracy: {first_eval:.3f} at step {start_step}, {accuracy:.3f} at step {args.total_steps}; run in {run_dir}")
+    held_out = f"held-out accuracy: {first_eval:.3f} at step {start_step}, {accuracy:.3f} at step {args.total_steps}; "
+    accelerator.print(f"{held_out if eval_rows else ''}run in {run_dir}")
     engine.close()  # before end_training, which tears down the process group vLLM also uses
     accelerator.end_training()
 

@@ -20,6 +20,7 @@ def ablate(out: Path, *flags: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.heavy
 def test_a_technique_runs_its_variants_with_their_switches_then_reuses_them(tiny_model_path, tiny_math_data, tmp_path):
     cmd = ["--techniques", "clip_higher", "--seeds", "1", "--final-samples", "2", "--",
            *settings(tiny_model_path, tiny_math_data)]
@@ -69,6 +70,7 @@ def test_each_run_is_evaluated_as_it_ends(monkeypatch, tmp_path):
                      ("run", "lite_ppo", 2), ("eval", ["lite_ppo"], [2], True), ("run", "overlong_filter", 2)]
 
 
+@pytest.mark.heavy
 def test_tables_and_figures_from_runs_on_disk(tmp_path):
     """--plot-only on hand-written runs: one figure per technique with its variants, mean ± half range over seeds."""
     for variant, seed, accs, trunc in (("lite_ppo", 1, [0.1, 0.3], [0.5, 0.3]), ("lite_ppo", 2, [0.1, 0.5], [0.5, 0.1]),
@@ -92,6 +94,7 @@ def test_tables_and_figures_from_runs_on_disk(tmp_path):
     assert not (tmp_path / "clip_higher.png").exists()
 
 
+@pytest.mark.heavy
 def test_unknown_technique_is_refused_before_anything_runs(tmp_path):
     result = ablate(tmp_path, "--techniques", "no_such_trick")
     assert result.returncode != 0 and "no_such_trick" in result.stderr
@@ -117,6 +120,7 @@ def test_advantage_curves_are_what_compute_advantages_gives_each_group():
     assert curves["group/correct"][0].isnan() and curves["group/wrong"][group_size].isnan()
 
 
+@pytest.mark.heavy
 def test_the_advantage_figure_from_one_rollout(tiny_model_path, tmp_path):
     out = tmp_path / "advantages.png"
     result = subprocess.run([sys.executable, str(ROOT / "tools" / "advantage_figure.py"), "--model", tiny_model_path,
@@ -179,6 +183,7 @@ def test_a_verdict_says_which_way_the_seeds_point_and_how_many_would_resolve_it(
     assert verdict({"a": runs(0.2, 0.4), "b": runs(0.4, 0.2)}, "a", "b") == "vs b: unresolved (no gap)"
 
 
+@pytest.mark.heavy
 def test_a_bad_cell_is_refused_before_anything_runs(tmp_path):
     for cell, message in (("llama:arithmetic:digits=1", "MODEL one of smollm2, gemma3"), ("gemma3:trivial", "TIER one of easy"),
                           ("gemma3:arithmetic:digits=0", "digits='0' must be an integer")):

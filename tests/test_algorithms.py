@@ -248,6 +248,7 @@ def test_dapo_main_skips_the_update_when_nothing_is_kept_and_draws_extra_prompts
 # ---------------------------------------------------------------------------------------------------- smoke runs
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("script,keys", [
     ("grpo", ["losses/kl"]),
     ("dapo", ["rollout/gen_rounds", "rollout/groups_generated", "rollout/groups_kept", "rollout/generated_accuracy"]),
@@ -268,3 +269,19 @@ def test_two_step_smoke_run(script, keys, tiny_model_path, tmp_path):
     assert [r["step"] for r in rows if "eval/accuracy" in r] == [0, 2]
     assert (tmp_path / "smoke/checkpoints/step-2/model/config.json").exists()
     assert "held-out accuracy" in result.stdout
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("script", ["lite_ppo", "grpo", "dapo", "ppo_vanilla"])
+def test_eval_size_0_says_there_is_no_held_out_evaluation_and_logs_none(script, tiny_model_path, tmp_path):
+    cmd = [sys.executable, str(ROOT / f"{script}.py"), "--model", tiny_model_path, "--backend", "hf", "--total-steps", "1",
+           "--prompts-per-step", "2", "--group-size", "2", "--max-new-tokens", "8", "--eval-size", "0",
+           "--output-dir", str(tmp_path), "--run-name", "no_eval"]
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "no held-out evaluation (0 held-out problems)" in result.stdout
+    assert "held-out accuracy" not in result.stdout  # no 0.000 measured on nothing
+    assert f"run in {tmp_path / 'no_eval'}" in result.stdout
+    rows = [json.loads(line) for line in (tmp_path / "no_eval/metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "rollout/reward_mean" in r] == [1]
+    assert not any(k.startswith("eval/") for r in rows for k in r)

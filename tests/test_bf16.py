@@ -69,6 +69,7 @@ def test_on_policy_ratios_are_one_in_bf16(attn):
     assert (ratio - 1).abs().max() < 0.01, ratio
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("algo", ["lite_ppo", "grpo"])
 def test_a_few_update_steps_in_bf16_are_finite(algo, tiny_model_path, tmp_path, monkeypatch):

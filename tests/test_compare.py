@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -67,6 +69,7 @@ def expected_row(out: Path, algo: str, seeds: list[int], n: int | None = None) -
             f"{mean(length):.1f}"]
 
 
+@pytest.mark.heavy
 def test_compare_two_algorithms_two_seeds_then_reuse(tiny_model_path, tiny_math_data, tmp_path):
     cmd = ["--algorithms", "lite_ppo", "grpo", "--seeds", "1", "2", "--final-samples", "3",
            *settings(tiny_model_path, tiny_math_data)]
@@ -122,6 +125,7 @@ def test_compare_two_algorithms_two_seeds_then_reuse(tiny_model_path, tiny_math_
     assert table_rows((tmp_path / "compare.md").read_text())["grpo"] == expected_row(tmp_path, "grpo", [1], n=3)
 
 
+@pytest.mark.heavy
 def test_failed_runs_are_reported_and_the_others_still_run(tiny_model_path, tiny_math_data, tmp_path):
     # flags after -- go to every script: lite_ppo.py has no --beta (tyro rejects it), grpo.py rejects -1 (check_args);
     # both fail before loading a model, so this costs two interpreter starts, not two trainings
@@ -138,6 +142,7 @@ def test_failed_runs_are_reported_and_the_others_still_run(tiny_model_path, tiny
     assert not (tmp_path / "compare.png").exists()
 
 
+@pytest.mark.heavy
 def test_table_and_plot_from_runs_on_disk(tmp_path):
     """--plot-only on hand-written runs: mean ± half range, gain, a missing seed, a missing wall time, NaN lengths,
     sampled evals for some runs only."""
@@ -172,6 +177,7 @@ def test_table_and_plot_from_runs_on_disk(tmp_path):
     assert png.startswith(PNG_MAGIC) and len(png) > 20_000
 
 
+@pytest.mark.heavy
 def test_unknown_algorithm_is_refused_before_anything_runs(tmp_path):
     result = compare(tmp_path, "--algorithms", "lite_ppo", "no_such_algo")
     assert result.returncode != 0
@@ -179,6 +185,7 @@ def test_unknown_algorithm_is_refused_before_anything_runs(tmp_path):
     assert not (tmp_path / "logs").exists()
 
 
+@pytest.mark.heavy
 def test_negative_final_samples_is_refused_before_anything_runs(tmp_path):
     result = compare(tmp_path, "--final-samples", "-1")
     assert result.returncode != 0

@@ -25,6 +25,7 @@ def test_names_that_are_not_embedded_pass_through():
     model.check_model("gemma3-270m")  # an embedded name is no missing local path
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(600)
 @pytest.mark.skipif(importlib.util.find_spec(GEMMA) is None,
                     reason="the Gemma 3 270M package is not installed (`make gemma`; 238 MB, not part of `make setup`)")

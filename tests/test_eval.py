@@ -279,6 +279,7 @@ def test_eval_script_row_without_gold_fails_before_model_load(tiny_model_path, t
         run_eval(tiny_model_path, bad, tmp_path / "out", pass_k=(8,))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("backend", ["hf", "vllm"])
 def test_eval_cli(tiny_model_path, tiny_sets, tmp_path, backend):
     # The command line as a user types it, in a fresh process (vLLM: its own engine, 30-60 s on CPU).

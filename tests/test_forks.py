@@ -110,6 +110,7 @@ def need(fork: Fork, check: str) -> None:
         pytest.skip(f"{fork.name} declares {check} off: {off[check]}")
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_fork_update_is_the_same_whole_micro_batched_and_on_two_processes(fork, precision, tiny_model_path, tmp_path):
@@ -125,6 +126,7 @@ def test_fork_update_is_the_same_whole_micro_batched_and_on_two_processes(fork, 
         torch.testing.assert_close(two[k], whole[k], atol=ATOL[precision], rtol=0)
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(900)
 def test_fork_skips_the_zero_gradient_rows_exactly(fork, tiny_model_path, tmp_path):
     need(fork, "zero_row_skip")
@@ -141,6 +143,7 @@ def test_fork_skips_the_zero_gradient_rows_exactly(fork, tiny_model_path, tmp_pa
         torch.testing.assert_close(skipped[k], full[k], atol=1e-6, rtol=0)
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(900)
 def test_fork_resumes_after_kill_dash_nine_with_the_same_weights(fork, tiny_model_path, tiny_math_data, tmp_path):
     need(fork, "resume")

@@ -62,6 +62,7 @@ def check_stops(completions: list[Completion], eos_id: int, max_new_tokens: int)
             assert len(c.token_ids) <= max_new_tokens
 
 
+@pytest.mark.heavy
 @VLLM_TIMEOUT
 def test_greedy_backends_agree(vllm_engine, model, tokenizer, prompts):
     greedy = SamplingConfig(max_new_tokens=24, temperature=0)
@@ -81,6 +82,7 @@ def test_greedy_backends_agree(vllm_engine, model, tokenizer, prompts):
     assert model.training
 
 
+@pytest.mark.heavy
 @VLLM_TIMEOUT
 def test_sync_weights_follows_trainer(vllm_engine, model, tokenizer, prompts, tiny_model_path):
     greedy = SamplingConfig(max_new_tokens=24, temperature=0)
@@ -109,6 +111,7 @@ def test_sync_weights_follows_trainer(vllm_engine, model, tokenizer, prompts, ti
 RATIO_TOL = 1e-4
 
 
+@pytest.mark.heavy
 @VLLM_TIMEOUT
 @pytest.mark.parametrize("backend", ["vllm", "hf"])
 def test_sampler_logprobs_match_trainer(backend, request, model, tokenizer, prompts):
@@ -128,6 +131,7 @@ def test_sampler_logprobs_match_trainer(backend, request, model, tokenizer, prom
     assert worst_untempered > 0.05  # the comparison can tell the temperature convention apart
 
 
+@pytest.mark.heavy
 @VLLM_TIMEOUT
 @pytest.mark.parametrize("backend", ["vllm", "hf"])
 def test_truncated_flags_and_top_k(backend, request, model, tokenizer, prompts):
@@ -143,6 +147,7 @@ def test_truncated_flags_and_top_k(backend, request, model, tokenizer, prompts):
         assert all(t in top for t, top in zip(c.token_ids, logits.topk(3, dim=-1).indices.tolist()))
 
 
+@pytest.mark.heavy
 @VLLM_TIMEOUT
 @pytest.mark.parametrize("backend", ["vllm", "hf"])
 def test_stop_ids_end_a_sample_as_eos_does(backend, request, model, tokenizer, prompts):
@@ -166,6 +171,7 @@ def test_stop_ids_end_a_sample_as_eos_does(backend, request, model, tokenizer, p
     assert sum(c.token_ids[-1] in stops for c in completions) > len(completions) // 2
 
 
+@pytest.mark.heavy
 @VLLM_TIMEOUT
 @pytest.mark.parametrize("backend", ["vllm", "hf"])
 def test_seeded_sampling(backend, request, model, tokenizer, prompts):
@@ -218,6 +224,7 @@ def test_make_engine_backends(model, tokenizer, monkeypatch):
     assert isinstance(make_engine("auto", **kw), HFEngine)
 
 
+@pytest.mark.heavy
 @VLLM_TIMEOUT
 def test_sync_weights_tied_lm_head(tmp_path_factory, prompts):
     """A model whose LM head IS its input embedding (SmolLM2, Qwen2.5-0.5B, Qwen3-0.6B): vLLM's reload gets
@@ -290,6 +297,32 @@ def test_known_harmless_engine_messages_are_dropped_and_others_kept(monkeypatch)
         log.removeHandler(handler)
     assert seen == ["max_model_len is larger than the model's context",
                     "This model does not officially support disabling chunked prefill (verbose)"]
+
+
+def test_the_ssm_cache_note_of_a_bf16_cpu_is_dropped(monkeypatch):
+    """vLLM 0.32 on a CPU with avx512_bf16 warns, for any model, that it reset the SSM-state dtype (no model here
+    has SSM layers); the message as vllm/platforms/cpu.py formats it is dropped, another of that logger is kept."""
+    import logging
+
+    from common import vllm_internals
+
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    log = logging.getLogger("vllm.platforms.cpu")
+    handler = Keep()
+    log.addHandler(handler)
+    monkeypatch.delenv("RL_MATH_VERBOSE", raising=False)
+    try:
+        vllm_internals.quiet_startup()
+        log.warning("Reset SSM cache type to float32 for accelerated GDN mamba backend '%s'.", "none")
+        log.warning("CPU backend prefers block_size is multiples of 32, otherwise the performance is not optimized.")
+    finally:
+        log.removeHandler(handler)
+    assert seen == ["CPU backend prefers block_size is multiples of 32, otherwise the performance is not optimized."]
 
 
 def test_the_shared_tensor_note_of_a_save_is_dropped_and_others_kept(monkeypatch):

@@ -12,6 +12,7 @@ from common.precision import resolve_precision, untimed
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(600)
 def test_gpu_check_short_mode_reports_phases_and_mfu(tiny_model_path, tiny_math_data, tmp_path):
     # tiny_math_data: problems the tiny model sometimes solves, so some rows learn and the mismatch is measured

@@ -32,6 +32,7 @@ def metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("backend", ["hf", "vllm"])
 def test_two_step_smoke_run(backend, tiny_model_path, tiny_math_data, tmp_path):
     track = ["--track", "tensorboard"] if backend == "hf" else []
@@ -58,6 +59,7 @@ def test_two_step_smoke_run(backend, tiny_model_path, tiny_math_data, tmp_path):
         assert events.Scalars("rollout/reward_mean")[-1].value == pytest.approx(train[-1]["rollout/reward_mean"])
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("flag,value,message", [
     ("--group-size", "1", "error: --group-size 1: needs at least 2"),
     ("--prompts-per-step", "0", "error: --prompts-per-step 0: must be positive"),
@@ -67,6 +69,7 @@ def test_two_step_smoke_run(backend, tiny_model_path, tiny_math_data, tmp_path):
     ("--dataset", "arithmetic:ops=+/", "ops='+/' must be distinct characters from '+-*'"),
     ("--dataset", "arithmetic:n=ten", "n='ten' must be an integer"),
     ("--clip-eps", "1.5", "error: --clip-eps 1.5: must be in (0, 1)"),
+    ("--eval-size", "-1", "error: --eval-size -1: must be >= 0 (0: no held-out evaluation)"),
     # flags with a fixed set of values are refused by the parser, which names the choices
     ("--backend", "tpu", "tpu"),
     ("--template", "chatml", "chatml"),
@@ -87,6 +90,7 @@ def test_bad_flags_fail_in_one_line_before_any_model_is_loaded(flag, value, mess
         assert result.stderr.strip().splitlines()[-1].startswith(message)  # the last line says it all
 
 
+@pytest.mark.heavy
 def test_help_lists_the_choices_of_fixed_value_flags():
     result = subprocess.run([sys.executable, str(ROOT / "lite_ppo.py"), "--help"], cwd=ROOT, capture_output=True,
                             text=True, timeout=120)
@@ -97,6 +101,7 @@ def test_help_lists_the_choices_of_fixed_value_flags():
     assert "de-quantized" in text and "(not the original weights)" in text  # --help says the model is a copy
 
 
+@pytest.mark.heavy
 def test_a_finished_run_is_never_appended_to_without_resume(tiny_model_path, tiny_math_data, tmp_path):
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "metrics.jsonl").write_text('{"step": 0, "eval/accuracy": 0.5}\n')
@@ -107,6 +112,7 @@ def test_a_finished_run_is_never_appended_to_without_resume(tiny_model_path, tin
     assert (tmp_path / "taken" / "metrics.jsonl").read_text() == '{"step": 0, "eval/accuracy": 0.5}\n'
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(900)
 def test_kill_dash_nine_then_resume_ends_with_the_same_weights(tiny_model_path, tiny_math_data, tmp_path):
     kill_and_resume(ROOT / "lite_ppo.py", tiny_model_path, tiny_math_data, tmp_path)
@@ -150,6 +156,7 @@ def kill_and_resume(script: Path, tiny_model_path: str, tiny_math_data: str, tmp
     assert any((initial[k] != straight[k]).any() for k in initial)
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(300)
 def test_a_checkpoint_is_moved_into_place_only_once_every_process_wrote_its_part(tiny_model_path, tmp_path):
     # the second process writes its RNG states 2 s late: the main process must wait for them before the rename
@@ -160,6 +167,7 @@ def test_a_checkpoint_is_moved_into_place_only_once_every_process_wrote_its_part
     assert not list((tmp_path / "run" / "checkpoints").glob(".tmp-*"))
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(900)
 def test_two_processes_each_with_its_own_vllm_engine(tiny_model_path, tiny_math_data, tmp_path):
     """As `accelerate launch --multi_gpu --num_processes 2` runs it on a CPU machine (torchrun underneath)."""

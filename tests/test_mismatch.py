@@ -64,6 +64,7 @@ def test_the_probe_runs_only_for_auto_on_a_flagged_cpu_and_decides_it(monkeypatc
     assert math.isfinite(speedup) and speedup > 0
 
 
+@pytest.mark.heavy
 def test_processes_that_chose_differently_are_refused(tmp_path):
     torchrun("precision_agreement.py", "fp32", "fp32", str(tmp_path), log_dir=tmp_path / "same")
     printed = "".join(log.read_text() for log in (tmp_path / "same").rglob("stdout.log"))
@@ -73,6 +74,7 @@ def test_processes_that_chose_differently_are_refused(tmp_path):
         torchrun("precision_agreement.py", "fp32", "bf16", str(tmp_path), log_dir=tmp_path / "differ")
 
 
+@pytest.mark.heavy
 def test_the_start_prints_the_precision_and_a_bad_value_is_refused():
     out = subprocess.run([sys.executable, "lite_ppo.py", "--precision", "fp16"], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
@@ -171,6 +173,7 @@ def test_step_stats_add_means_and_keep_maxima():
     assert math.isnan(step_stats({"rollout/sampler_ratio_max": float("-inf")}, 1)["rollout/sampler_ratio_max"])
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(600)
 def test_with_the_hf_engine_in_fp32_the_sampler_is_the_trainer_and_the_weights_are_one(tiny_model_path, tiny_math_data,
                                                                                      tmp_path):

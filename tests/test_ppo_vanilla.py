@@ -181,6 +181,7 @@ def run(cmd: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
     return result
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(900)
 def test_two_step_smoke_run_then_resume_restores_the_critic(tiny_model_path, tmp_path):
     # --kl-coef > 0 also runs the frozen reference policy and the per-token KL penalty (nonzero from step 2)
@@ -221,6 +222,7 @@ def test_two_step_smoke_run_then_resume_restores_the_critic(tiny_model_path, tmp
     assert a.keys() == b.keys() and all(torch.equal(a[i][k], b[i][k]) for i in a for k in a[i])
 
 
+@pytest.mark.heavy
 def test_bad_critic_flag_fails_before_any_model_is_loaded(tiny_model_path, tmp_path):
     result = subprocess.run(tiny_args(tiny_model_path, tmp_path, "bad", "--gamma", "1.5"), cwd=ROOT,
                             capture_output=True, text=True, timeout=120)

@@ -14,6 +14,7 @@ def two_process(mode: str, out: Path) -> dict:
     return torch.load(out)
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(700)
 def test_fsdp2_step_equals_the_ddp_step_and_uses_the_plain_forward(tmp_path):
     ddp = two_process("ddp", tmp_path / "ddp.pt")

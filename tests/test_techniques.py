@@ -97,6 +97,7 @@ def test_set_to_dapos_loss_the_loss_and_gradient_are_dapos():
     torch.testing.assert_close(ours_grad, theirs_grad, rtol=1e-6, atol=1e-8)
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(600)
 def test_set_to_grpos_choices_the_update_is_grpo_without_kl(tiny_model_path, tmp_path):
     # the same fixed rollout through both scripts' main(): group std, sequence-level aggregation, no KL
@@ -119,6 +120,7 @@ COMBINATIONS = {
 }
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("name", list(COMBINATIONS))
 def test_switch_combinations_are_the_same_whole_micro_batched_and_on_two_processes(name, tiny_model_path, tmp_path):
@@ -135,6 +137,7 @@ def test_switch_combinations_are_the_same_whole_micro_batched_and_on_two_process
         torch.testing.assert_close(two[k], whole[k], atol=1e-5, rtol=0)
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(600)
 def test_wrong_reward_sets_the_reward_of_a_wrong_answer(tiny_model_path, tmp_path):
     run_step("lite_ppo", tiny_model_path, str(tmp_path / "run"), "--wrong-reward", "-1")

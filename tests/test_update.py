@@ -215,6 +215,7 @@ def two_process_step(algo: str, model_dir: str, out: Path, *flags: str) -> tuple
     return params, ranks[0]["world_size"], ranks
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("algo", ["lite_ppo", "grpo", "dapo", "ppo_vanilla"])
@@ -259,6 +260,7 @@ def learning_rows(record: dict, algo: str, group_size: int = 4) -> int:
     return int(mixed.sum())
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("algo, flags", [("lite_ppo", []), ("grpo", ["--beta", "0"]), ("dapo", [])])
@@ -313,6 +315,7 @@ def test_policy_stats_are_token_means_over_the_tokens_computed():
     assert all(v != v for v in policy_stats(logprobs, old, entropy, mask, num_tokens=0).values())  # nothing computed: nan
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("algo, flags", [("lite_ppo", []), ("grpo", ["--beta", "0"])])
