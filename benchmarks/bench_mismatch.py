@@ -5,7 +5,7 @@ vLLM holding the weights in each --engine-dtypes; the trainer then scores the sa
 precisions (fp32, or bf16 autocast over fp32 master weights, as common/precision.py runs them). For each pair it
 prints the per-token |log pi - log q|, the k3 KL(q || pi), the largest ratio each way, and for each correction mode
 and cap the mean weight and the share of tokens (token modes) or rows (sequence modes) the cap acts on: the
-measurements the default of --sampler-is was chosen from (README, "Precision").
+measurements the default of --sampler-is was chosen from (docs/performance.md, "Precision").
 
     python benchmarks/bench_mismatch.py                                   # fp32 engine and trainer
     python benchmarks/bench_mismatch.py --engine-dtypes float32 bfloat16 --trainer fp32 bf16 --prompts 4

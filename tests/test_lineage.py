@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.lineage import CORE, END, START, changed_lines, header, lineage, matcher, replace_section, section
+from tools.lineage import CORE, END, START, changed_lines, header, lineage, matcher, page, replace_section, section
 
 ROOT = Path(__file__).resolve().parents[1]
 # a tag in a comment or docstring: a capital, then a word ("[DAPO 3.1]", "[Lite PPO, Sec. 4.2]", "[PPO]"), so
@@ -138,9 +138,13 @@ def test_header_docstring_names_the_parent(child):
     assert header(present(child))["parent"] == LINEAGE[child]
 
 
-def test_readme_lineage_section_is_current():
+def test_readme_lineage_section_and_the_diffs_page_are_current():
     readme = ROOT / "README.md"
     assert readme.exists() and START in readme.read_text() and END in readme.read_text(), (
-        f"README.md needs a lineage section: the lines {START} and {END}, then python tools/lineage.py --write README.md")
+        f"README.md needs a lineage section: the lines {START} and {END}, then python tools/lineage.py --write")
     text = readme.read_text()
-    assert replace_section(text, section()) == text, "stale lineage section: run python tools/lineage.py --write README.md"
+    assert replace_section(text, section()) == text, "stale lineage section: run python tools/lineage.py --write"
+    assert (ROOT / "docs" / "lineage.md").read_text() == page(), "stale docs/lineage.md: run python tools/lineage.py --write"
+    for parent, child in (("grpo.py", "lite_ppo.py"), ("grpo.py", "dapo.py"), ("lite_ppo.py", "ppo_vanilla.py")):
+        added, removed = changed_lines(parent, child)
+        assert f"## `diff -u {parent} {child}` (+{added} −{removed})" in page()  # every child's diff, with its counts

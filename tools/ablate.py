@@ -74,7 +74,7 @@ TECHNIQUES = {  # name: (title, the variants compared, the metrics that show the
                   ["rollout/sampler_kl", "rollout/sampler_ratio_max", "time/generation", "time/training"]),
 }
 PAPER = ["normalization", "clip_higher", "aggregation", "overlong_filter"]  # the default: the paper's four
-MODELS = {  # a cell's model: its type, the flags that select it and its prompt protocol (README: "A base model ...")
+MODELS = {  # a cell's model: its type, the flags that select it, its prompt protocol (docs/evidence.md)
     "smollm2": ("aligned", ["--model", "smollm2-135m-instruct", "--template", "chat"]),
     # base: does not follow an instruction (5% right under "plain"), answers worked problems in one line of 19-28
     # tokens (fewshot: 19% on one-digit sums at T=1). Its rate: 8 steps on digits=1,operands=3 took the held-out
@@ -92,7 +92,7 @@ PREDICTIONS = {  # technique: {model type: (the variant the paper expects to do 
     "overlong_filter": {t: ("overlong_filter", "helps when the length limit truncates many responses")
                         for t in ("aligned", "base")},
 }
-TIERS = {  # difficulty: an arithmetic spec, ordered by both models' measured start avg@N (README: "The paper's setups")
+TIERS = {  # difficulty: an arithmetic spec, ordered by both models' measured start avg@N (docs/evidence.md, "setups")
     "easy": "arithmetic:digits=1,operands=3",  # 392 held-out problems; SmolLM2 0.083, Gemma 0.061
     "medium": "arithmetic:digits=1,operands=3,ops=+,test=0.25",  # 240; SmolLM2 0.039 (80% truncated at 96 tokens)
     "hard": "arithmetic:digits=2",  # 500 (of 1,599); SmolLM2 0.015, Gemma 0.030
