@@ -14,7 +14,7 @@ ablation keeps every run it finished with its eval. Per technique, <out>/<techni
     python tools/ablate.py --skip-existing --seeds 1 2 3 4   # add a seed, reuse the finished runs
     python tools/ablate.py --plot-only
     python tools/ablate.py -- --total-steps 16               # after --: to every run
-    python tools/ablate.py --cells smollm2:medium gemma3:medium smollm2:hard gemma3:hard --final-samples 4
+    python tools/ablate.py --cells smollm2:medium gemma3:medium smollm2:hard gemma3:hard --final-samples 2
     python tools/ablate.py --cells smollm2:arithmetic:digits=1,operands=3   # a cell on any arithmetic spec
 
 A variant is lite_ppo.py's defaults (Lite PPO) plus its flags (VARIANTS); a technique names the variants it
