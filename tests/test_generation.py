@@ -4,6 +4,9 @@ All vLLM tests share the session's one engine (`vllm_engine`, conftest.py); a te
 weights puts the original ones back.
 """
 
+import contextlib
+import logging
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -272,29 +275,33 @@ def test_cpu_kv_cache_bytes_sized_for_the_work():
     assert cpu_kv_cache_bytes(config, "float32", 10**7, 1) == (-(-10**7 // 128) * 128 + 128) * per_token
 
 
-def test_known_harmless_engine_messages_are_dropped_and_others_kept(monkeypatch):
-    import logging
-
-    from common import vllm_internals
-
+@contextlib.contextmanager
+def kept_messages(logger: str):
+    """The messages of `logger` that its filters let through, as a list filled while the block runs."""
     seen = []
 
     class Keep(logging.Handler):
         def emit(self, record):
             seen.append(record.getMessage())
 
-    log = logging.getLogger("vllm.engine.arg_utils")
-    handler = Keep()
+    log, handler = logging.getLogger(logger), Keep()
     log.addHandler(handler)
     try:
+        yield log, seen
+    finally:
+        log.removeHandler(handler)
+
+
+def test_known_harmless_engine_messages_are_dropped_and_others_kept(monkeypatch):
+    from common import vllm_internals
+
+    with kept_messages("vllm.engine.arg_utils") as (log, seen):
         vllm_internals.quiet_startup()
         monkeypatch.delenv("RL_MATH_VERBOSE", raising=False)
         log.warning("This model does not officially support disabling chunked prefill. Disabling this manually may ...")
         log.warning("max_model_len is larger than the model's context")  # a real warning: kept
         monkeypatch.setenv("RL_MATH_VERBOSE", "1")
         log.warning("This model does not officially support disabling chunked prefill (verbose)")
-    finally:
-        log.removeHandler(handler)
     assert seen == ["max_model_len is larger than the model's context",
                     "This model does not officially support disabling chunked prefill (verbose)"]
 
@@ -302,49 +309,24 @@ def test_known_harmless_engine_messages_are_dropped_and_others_kept(monkeypatch)
 def test_the_ssm_cache_note_of_a_bf16_cpu_is_dropped(monkeypatch):
     """vLLM 0.32 on a CPU with avx512_bf16 warns, for any model, that it reset the SSM-state dtype (no model here
     has SSM layers); the message as vllm/platforms/cpu.py formats it is dropped, another of that logger is kept."""
-    import logging
-
     from common import vllm_internals
 
-    seen = []
-
-    class Keep(logging.Handler):
-        def emit(self, record):
-            seen.append(record.getMessage())
-
-    log = logging.getLogger("vllm.platforms.cpu")
-    handler = Keep()
-    log.addHandler(handler)
     monkeypatch.delenv("RL_MATH_VERBOSE", raising=False)
-    try:
+    with kept_messages("vllm.platforms.cpu") as (log, seen):
         vllm_internals.quiet_startup()
         log.warning("Reset SSM cache type to float32 for accelerated GDN mamba backend '%s'.", "none")
         log.warning("CPU backend prefers block_size is multiples of 32, otherwise the performance is not optimized.")
-    finally:
-        log.removeHandler(handler)
     assert seen == ["CPU backend prefers block_size is multiples of 32, otherwise the performance is not optimized."]
 
 
 def test_the_shared_tensor_note_of_a_save_is_dropped_and_others_kept(monkeypatch):
-    import logging
-
     from common.run import _quiet_shared_tensors
 
-    seen = []
-
-    class Keep(logging.Handler):
-        def emit(self, record):
-            seen.append(record.getMessage())
-
-    log = logging.getLogger("accelerate.utils.other")  # accelerate's save_state logs through a "[RANK 0] " adapter
-    handler = Keep()
-    log.addHandler(handler)
     monkeypatch.delenv("RL_MATH_VERBOSE", raising=False)
-    try:
+    # accelerate's save_state logs through a "[RANK 0] " adapter
+    with kept_messages("accelerate.utils.other") as (log, seen):
         with _quiet_shared_tensors():
             log.warning("[RANK 0] Removed shared tensor {'lm.lm_head.weight'} while saving. This should be OK, ...")
             log.warning("[RANK 0] something else")
         log.warning("[RANK 0] Removed shared tensor outside a checkpoint save")  # the filter is gone after the save
-    finally:
-        log.removeHandler(handler)
     assert seen == ["[RANK 0] something else", "[RANK 0] Removed shared tensor outside a checkpoint save"]
