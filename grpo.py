@@ -22,7 +22,7 @@ import torch
 from tqdm import tqdm
 
 from common.data import batch_indices, load_rows, prompt_tokens_bound, stop_ids, tokenize_prompts
-from common.evaluation import evaluate
+from common.evaluation import evaluate, evaluate_sampled
 from common.generation import SamplingConfig, make_engine, rollout_seed
 from common.heads import LogprobModel, compute_logprobs
 from common.model import DEFAULT_MODEL, load_policy, unwrap
@@ -120,6 +120,8 @@ class Args:
     # eval and checkpoints
     eval_every: int = 8
     """evaluate on the held-out set every N steps (and before the first and after the last)"""
+    eval_samples: int = 0
+    """after the last step, also N answers per held-out problem sampled as the rollouts are: avg@N (0: none)"""
     save_every: int = 8
     """checkpoint every N steps (and after the last)"""
     keep_checkpoints: int = 1
@@ -310,6 +312,11 @@ def main(args: Args) -> None:
             accelerator.print(f"step {step + 1}: held-out accuracy {accuracy:.3f}")
         if (step + 1) % args.save_every == 0 or last:
             save_checkpoint(accelerator, run_dir, step + 1, model, tokenizer, args, args.keep_checkpoints)
+    if args.eval_samples and eval_rows:  # the trained policy as it samples, on the engine that is up (eval.py's avg@N)
+        sampled = evaluate_sampled(engine, tokenizer, eval_rows, args, accelerator)
+        log_metrics(accelerator, run_dir, args.total_steps, sampled)
+        accelerator.print(f"held-out avg@{args.eval_samples} at step {args.total_steps}: "
+                          f"{sampled['eval_sampled/accuracy']:.3f} ({len(eval_rows)} problems)")
     held_out = f"held-out accuracy: {first_eval:.3f} at step {start_step}, {accuracy:.3f} at step {args.total_steps}; "
     accelerator.print(f"{held_out if eval_rows else ''}run in {run_dir}")
     engine.close()  # before end_training, which tears down the process group vLLM also uses

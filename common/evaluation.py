@@ -121,3 +121,14 @@ def evaluate(engine, tokenizer, rows: list[dict], *, template: str, sampling: Sa
         metrics[f"maj@{n}"] = sums[5].item() / problems
     metrics |= {"response_len_mean": sums[1].item() / samples, "truncated_frac": sums[2].item() / samples}
     return metrics, records
+
+
+def evaluate_sampled(engine, tokenizer, rows: list[dict], args, accelerator=None) -> dict[str, float]:
+    """A training script's --eval-samples: N answers per held-out problem sampled as its rollouts are (--temperature,
+    --top-p, --top-k, --max-new-tokens, --template), seeded by --seed, on the engine that is already up; avg@N,
+    pass@k and maj@N as `eval_sampled/*` metrics, the measures eval.py gives a checkpoint."""
+    sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
+                              top_k=args.top_k, seed=args.seed)
+    metrics, _ = evaluate(engine, tokenizer, rows, template=args.template, sampling=sampling, n=args.eval_samples,
+                          accelerator=accelerator)
+    return {f"eval_sampled/{k}": v for k, v in metrics.items()}

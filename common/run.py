@@ -213,6 +213,7 @@ def check_args(args, **checks: tuple[bool, str]) -> None:
     need(args.num_mini_batches >= 1, "num_mini_batches", "must be positive")
     need(args.micro_batch_tokens >= 1, "micro_batch_tokens", "must be positive")
     need(args.eval_size >= 0, "eval_size", "must be >= 0 (0: no held-out evaluation)")
+    need(args.eval_samples >= 0, "eval_samples", "must be >= 0 (0: no sampled evaluation)")
     need(args.eval_every >= 1 and args.save_every >= 1, "eval_every", "--eval-every and --save-every must be positive")
     need(args.sampler_is_cap > 0, "sampler_is_cap", "must be positive")
     need(not args.resume or args.run_name is not None, "resume", "needs --run-name (the run to continue)")

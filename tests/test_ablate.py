@@ -44,12 +44,16 @@ def test_a_technique_runs_its_variants_with_their_switches_then_reuses_them(tiny
         clipfrac = [x["losses/clipfrac"] for x in lines if "losses/clipfrac" in x]
         assert rows[variant][4] == f"{final:.3f}"
         assert rows[variant][7] == f"{sum(clipfrac) / len(clipfrac):.3f}"
+        # the final avg@2: sampled by the run itself after its last step (--eval-samples), not by eval.py
+        (sampled,) = [x["eval_sampled/accuracy"] for x in lines if "eval_sampled/accuracy" in x]
+        assert rows[variant][6] == f"{sampled:.3f}"
+        assert not (tmp_path / f"evals/ablate__{variant}__1").exists()
     assert "python lite_ppo.py --num-mini-batches 4 --clip-eps-high 0.28" in md
     (start,) = json.loads((tmp_path / "evals/start/summary.json").read_text())["results"].values()
     assert f"the first 8 problems (or all, if fewer: {start['problems']})" in md  # the count evaluated, not the flag
     again = ablate(tmp_path, *cmd[:4], "--skip-existing", *cmd[4:])
     assert again.returncode == 0 and again.stdout.count("finished run reused") == 2
-    assert again.stdout.count("finished eval reused") == 3  # the start model and both checkpoints
+    assert again.stdout.count("finished eval reused") == 1  # the start model's; the runs evaluated themselves
 
 
 def test_each_run_is_evaluated_as_it_ends(monkeypatch, tmp_path):
@@ -190,3 +194,35 @@ def test_a_bad_cell_is_refused_before_anything_runs(tmp_path):
         result = ablate(tmp_path, "--cells", cell)
         assert result.returncode != 0 and message in result.stderr, result.stderr[-2000:]
     assert not (tmp_path / "logs").exists()
+
+
+def test_a_run_that_sampled_its_own_avg_is_not_evaluated_again_and_one_without_is(monkeypatch, tmp_path):
+    """Runs made with --eval-samples carry their final avg@N; a run made before (none in its metrics) is evaluated by
+    eval.py on its checkpoint, as is the start model; the table uses whichever the run has."""
+    from tools import ablate as tool
+
+    for seed, in_run in ((1, 0.25), (2, None)):
+        run = tmp_path / "runs" / f"ablate__lite_ppo__{seed}"
+        run.mkdir(parents=True)
+        (run / "args.json").write_text(json.dumps({"total_steps": 2, "model": "m", "dataset": "d", "eval_dataset": None,
+                                                   "eval_size": 8, "eval_samples": 2 if in_run else 0, "temperature": 1.0,
+                                                   "top_p": 1.0, "top_k": 0, "max_new_tokens": 8, "template": "chat",
+                                                   "backend": "hf"}))
+        rows = [{"step": 0, "eval/accuracy": 0.1}, {"step": 2, "rollout/response_len_mean": 5.0},
+                {"step": 2, "eval/accuracy": 0.2}] + ([{"step": 2, "eval_sampled/accuracy": in_run}] if in_run else [])
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "logs").mkdir()
+    jobs = []
+
+    def fake_eval(cmd, eval_dir, log, what):  # what eval.py would write: avg 0.5 for the checkpoint, 0.125 the start
+        jobs.append(what)
+        eval_dir.mkdir(parents=True)
+        avg = 0.125 if eval_dir.name == "start" else 0.5
+        (eval_dir / "summary.json").write_text(json.dumps({"results": {"d": {"n": 2, "metrics": {"accuracy": avg}}}}))
+
+    monkeypatch.setattr(tool, "sampled_eval", fake_eval)
+    results = tool.collect(["lite_ppo"], [1, 2], tmp_path, [])
+    assert tool.sampled_evals(results, tmp_path, 2) == []
+    assert jobs == ["sampled eval of start model", "sampled eval of lite_ppo seed 2"]
+    results = tool.collect(["lite_ppo"], [1, 2], tmp_path, [])
+    assert [r["sampled"] for r in results["lite_ppo"]] == [[(0, 0.125), (2, 0.25)], [(0, 0.125), (2, 0.5)]]

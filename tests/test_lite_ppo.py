@@ -70,6 +70,7 @@ def test_two_step_smoke_run(backend, tiny_model_path, tiny_math_data, tmp_path):
     ("--dataset", "arithmetic:n=ten", "n='ten' must be an integer"),
     ("--clip-eps", "1.5", "error: --clip-eps 1.5: must be in (0, 1)"),
     ("--eval-size", "-1", "error: --eval-size -1: must be >= 0 (0: no held-out evaluation)"),
+    ("--eval-samples", "-1", "error: --eval-samples -1: must be >= 0 (0: no sampled evaluation)"),
     # flags with a fixed set of values are refused by the parser, which names the choices
     ("--backend", "tpu", "tpu"),
     ("--template", "chatml", "chatml"),
@@ -179,3 +180,22 @@ def test_two_processes_each_with_its_own_vllm_engine(tiny_model_path, tiny_math_
     assert ranks[0]["checksum"] == ranks[1]["checksum"]  # DDP: both processes end with the same weights
     train = [r for r in metrics(tmp_path / "two") if "losses/policy_loss" in r]
     assert [r["step"] for r in train] == [1, 2]
+
+
+@pytest.mark.heavy
+def test_eval_samples_is_eval_py_on_the_last_checkpoint(tiny_model_path, tiny_math_data, tmp_path):
+    """--eval-samples N: avg@N after the last step, on the run's own engine, equals eval.py's on the saved checkpoint
+    with the same sampling and seed (HF engine, fp32: the same weights give the same samples)."""
+    result = run(tiny_args(tiny_model_path, tiny_math_data, tmp_path, "sampled", "--backend", "hf", "--total-steps", "1",
+                           "--eval-samples", "3", "--seed", "5"))
+    (row,) = [r for r in metrics(tmp_path / "sampled") if "eval_sampled/accuracy" in r]
+    assert row["step"] == 1 and {"eval_sampled/pass@2", "eval_sampled/maj@3", "eval_sampled/truncated_frac"} <= set(row)
+    assert f"held-out avg@3 at step 1: {row['eval_sampled/accuracy']:.3f} (8 problems)" in result.stdout
+    run([sys.executable, str(ROOT / "eval.py"), "--model", str(tmp_path / "sampled/checkpoints/step-1"),
+         "--datasets", tiny_math_data, "--split", "test", "--limit", "8", "--n", "3", "--temperature", "1.0",
+         "--max-new-tokens", "12", "--template", "chat", "--backend", "hf", "--seed", "5",
+         "--output-dir", str(tmp_path / "eval")])
+    (summary,) = json.loads((tmp_path / "eval/summary.json").read_text())["results"].values()
+    assert summary["n"] == 3 and summary["problems"] == 8
+    for key, value in summary["metrics"].items():
+        assert row[f"eval_sampled/{key}"] == pytest.approx(value, abs=1e-9), key

@@ -1,9 +1,9 @@
 """The paper's techniques one at a time: named variants of one lite_ppo.py base run, each a switch away from it.
 
 Every (seed, variant) is a separate `python lite_ppo.py <variant's flags>` process, one after the other, with the
-same model, data, steps and seeds, seed after seed; as each run ends, eval.py samples --final-samples answers per
-held-out problem from its last checkpoint (and once from the start model: avg@N, as tools/compare.py), so a stopped
-ablation keeps every run it finished with its eval. Per technique, <out>/<technique>.png: held-out accuracy per step
+same model, data, steps and seeds, seed after seed; each run samples --final-samples answers per held-out problem
+after its last step (lite_ppo.py --eval-samples, on its engine that is up), and eval.py samples as many from the start
+model once (avg@N, as tools/compare.py), so a stopped ablation keeps every run it finished with its eval. Per technique, <out>/<technique>.png: held-out accuracy per step
 (greedy) with avg@N at the start and the end, beside the technique's own mechanism metrics per step; and
 <out>/ablation.md: the table, the figures and the commands.
 
@@ -115,7 +115,8 @@ class Args:
     plot_only: bool = False
     """run nothing: plot and tabulate the runs already in --out"""
     final_samples: int = 16
-    """eval.py's samples per held-out problem (avg@N) from the start model and each run's last checkpoint; 0 = none"""
+    """samples per held-out problem (avg@N) after each run's last step (in the run) and from the start model
+    (eval.py, once); 0 = none"""
     cells: list[str] = field(default_factory=list)
     """MODEL:TIER or MODEL:DATA setups (MODELS: smollm2, gemma3; TIERS: easy, medium, hard; DATA: an arithmetic spec),
     each a whole ablation; none: one ablation on the flags after --"""
@@ -147,8 +148,11 @@ def metric_curves(run_dir: Path, keys: list[str]) -> dict[str, list[tuple[int, f
     return {k: [(r["step"], r[k]) for r in rows if r.get(k) is not None] for k in keys}
 
 
-def run_variant(variant: str, seed: int, flags: list[str], out: Path, skip_existing: bool) -> str | None:
-    """Run (or reuse) one variant and seed; None, or why it failed."""
+def run_variant(variant: str, seed: int, flags: list[str], out: Path, skip_existing: bool,
+                eval_samples: int = 0) -> str | None:
+    """Run (or reuse) one variant and seed, with its final avg@eval_samples computed in the run (lite_ppo.py
+    --eval-samples, on the engine that is up); None, or why it failed. A finished run with the same variant flags
+    is reused whatever its eval_samples: a run without them is evaluated by eval.py instead (sampled_evals)."""
     run_dir, record, log = out / "runs" / run_name(variant, seed), out / "logs" / f"{variant}__{seed}.json", \
         out / "logs" / f"{variant}__{seed}.log"
     if skip_existing and record.exists() and load_run(run_dir) is not None:
@@ -160,6 +164,7 @@ def run_variant(variant: str, seed: int, flags: list[str], out: Path, skip_exist
     shutil.rmtree(out / "evals" / run_name(variant, seed), ignore_errors=True)
     cmd = [sys.executable, str(ROOT / "lite_ppo.py"), "--seed", str(seed), "--run-name", run_name(variant, seed),
            "--output-dir", str(out / "runs"), *flags]
+    cmd += ["--eval-samples", str(eval_samples)] if eval_samples else []
     returncode, seconds = run_logged(cmd, log, f"{variant} seed {seed}")
     record.write_text(json.dumps({"variant": variant, "seed": seed, "flags": flags, "returncode": returncode,
                                   "wall_s": seconds, "command": shlex.join(["python", *sys.argv])}, indent=2))
@@ -171,6 +176,13 @@ def run_variant(variant: str, seed: int, flags: list[str], out: Path, skip_exist
         for state in (run_dir / "checkpoints").glob("step-*/state"):
             shutil.rmtree(state)
     return why
+
+
+def in_run_sampled(run_dir: Path, run: dict) -> dict | None:
+    """The avg@N a run sampled at its last step (--eval-samples N), as load_sampled gives eval.py's; or None."""
+    n, total = run["args"].get("eval_samples", 0), run["args"]["total_steps"]
+    rows = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r.get("step") == total and "eval_sampled/accuracy" in r]
+    return {"n": n, "avg": rows[-1]["eval_sampled/accuracy"], "problems": None, "in_run": True} if n and rows else None
 
 
 def collect(variants: list[str], seeds: list[int], out: Path, keys: list[str]) -> dict[str, list[dict]]:
@@ -185,7 +197,8 @@ def collect(variants: list[str], seeds: list[int], out: Path, keys: list[str]) -
             record = out / "logs" / f"{variant}__{seed}.json"
             run |= metric_curves(run_dir, keys) | {"seed": seed, "wall_s": json.loads(record.read_text())["wall_s"]
                                                    if record.exists() else math.nan}
-            final = load_sampled(out / "evals" / run_name(variant, seed))
+            final = in_run_sampled(run_dir, run) or load_sampled(out / "evals" / run_name(variant, seed))
+            run["final_sampled"] = final
             start = load_sampled(out / "evals" / "start")
             if final and start and final["n"] == start["n"]:
                 run["sampled"] = [(min(s for s, _ in run["acc"]), start["avg"]), (run["args"]["total_steps"], final["avg"])]
@@ -203,6 +216,8 @@ def sampled_evals(results: dict[str, list[dict]], out: Path, n: int, start: bool
     jobs = [("start model", sampled_eval_command(first, first["model"], n, out / "evals" / "start"), out / "evals" / "start",
              out / "logs" / "start__eval.log")] if start else []
     for variant, run in runs:
+        if run["final_sampled"] and run["final_sampled"]["n"] == n and run["final_sampled"].get("in_run"):
+            continue  # the run sampled its own avg@n at its last step
         name = run_name(variant, run["seed"])
         checkpoint = out / "runs" / name / "checkpoints" / f"step-{run['args']['total_steps']}"
         jobs.append((f"{variant} seed {run['seed']}", sampled_eval_command(run["args"], str(checkpoint), n, out / "evals" / name),
@@ -283,7 +298,8 @@ def main(args: Args, extra: list[str]) -> int:
     if not args.plot_only:
         for seed in args.seeds:  # seed-major; each run evaluated as it ends, so a stopped ablation keeps every run
             for variant in variants:  # it finished whole (its checkpoint need not outlive the session)
-                if why := run_variant(variant, seed, VARIANTS[variant] + extra, out, args.skip_existing):
+                if why := run_variant(variant, seed, VARIANTS[variant] + extra, out, args.skip_existing,
+                                      args.final_samples):
                     failed.append(f"{variant} seed {seed}: {why}")
                 elif args.final_samples > 0:  # the start model with the first run that finished
                     failed += sampled_evals(finished := collect([variant], [seed], out, keys), out, args.final_samples,
