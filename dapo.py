@@ -393,8 +393,9 @@ def main(args: Args) -> None:
         log_metrics(accelerator, run_dir, args.total_steps, sampled)
         accelerator.print(f"held-out avg@{args.eval_samples} at step {args.total_steps}: "
                           f"{sampled['eval_sampled/accuracy']:.3f} ({len(eval_rows)} problems)")
-    held_out = f"held-out accuracy: {first_eval:.3f} at step {start_step}, {accuracy:.3f} at step {args.total_steps}; "
-    accelerator.print(f"{held_out if eval_rows else ''}run in {run_dir}")
+    held_out = (f"held-out accuracy: {first_eval:.3f} at step {start_step}, {accuracy:.3f} at step {args.total_steps}; "
+                if eval_rows else "")  # --eval-size 0: nothing measured
+    accelerator.print(f"{held_out}run in {run_dir}")
     engine.close()  # before end_training, which tears down the process group vLLM also uses
     accelerator.end_training()
 
