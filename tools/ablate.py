@@ -3,9 +3,9 @@
 Every (seed, variant) is a separate `python lite_ppo.py <variant's flags>` process, one after the other, with the
 same model, data, steps and seeds, seed after seed; each run samples --final-samples answers per held-out problem
 after its last step (lite_ppo.py --eval-samples, on its engine that is up), and eval.py samples as many from the start
-model once (avg@N, as tools/compare.py), so a stopped ablation keeps every run it finished with its eval. Per technique, <out>/<technique>.png: held-out accuracy per step
-(greedy) with avg@N at the start and the end, beside the technique's own mechanism metrics per step; and
-<out>/ablation.md: the table, the figures and the commands.
+model once (avg@N, as tools/compare.py), so a stopped ablation keeps every run it finished with its eval. Per
+technique, <out>/<technique>.png: held-out accuracy per step (greedy) with avg@N at the start and the end, beside the
+technique's own mechanism metrics per step; and <out>/ablation.md: the table, the figures and the commands.
 
     python tools/ablate.py                                   # the four techniques, Lite PPO vs the paper's alternative
     python tools/ablate.py --techniques clip_higher --seeds 1
