@@ -469,6 +469,22 @@ def _parse(s: str, use_alarm: bool) -> tuple:
     return parsed
 
 
+# A number as a gold answer states: 12, -3, 0.5, 3/4, \frac{3}{4}, -\frac34. Against such a gold, an answer that
+# still holds a sum, difference or product of numbers is the computation left undone: 3 + 4 + 5, 2 \times 6, 15 - 3.
+_NUMBER_GOLD = re.compile(r"-?(?:\d+(?:\.\d+)?|\.\d+|\d+/\d+|\\[dt]?frac\s*(?:\{\d+\}\{\d+\}|\d\d))")
+_COMPUTATION = re.compile(r"\d[\s)}]*(?:[-+*×÷]|\\times|\\cdot|\\div)(?!\s*10\s*\^)[\s({]*[-+]?[\s({]*\d")  # not 1.5 \times 10^{-3}
+
+
+def is_undone_computation(pred: str, gold: str) -> bool:
+    """An answer that restates a computation instead of its value, where the gold is a number: "3 + 4 + 5" for 12.
+    math-verify evaluates such an answer and calls it equal; on a task whose question is that computation (the
+    built-in arithmetic tasks) a model then earns the reward by copying the question into a box, which a base model
+    found in 16 steps (docs/grading.md). A power, a fraction and a power of ten stay numbers: 2^{10}, 6/2, 3 \cdot
+    10^{5}."""
+    value = _EQUALS.split(pred)[-1]  # of a chain "3 + 4 + 5 = 12", its last side is the answer
+    return bool(_NUMBER_GOLD.fullmatch(gold.replace(" ", ""))) and bool(_COMPUTATION.search(value))
+
+
 _ROW = re.compile(r"\[([^\[\]]*)\]")
 
 
@@ -536,7 +552,7 @@ def is_equiv(pred: str, gold: str) -> bool:
     """True if two answer strings are mathematically equivalent (decisions in the module docstring)."""
     try:
         pred, gold = clean_text(pred).strip().rstrip("."), clean_text(gold).strip().rstrip(".")
-        if not pred or not gold or is_unsafe(pred) or is_unsafe(gold):
+        if not pred or not gold or is_unsafe(pred) or is_unsafe(gold) or is_undone_computation(pred, gold):
             return False
         if pred == gold:
             return True

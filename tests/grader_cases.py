@@ -614,4 +614,26 @@ C("product_order", r"So the volume is $\frac{4}{3} r^3 \pi$.", r"\frac{4\pi r^3}
 C("product_order", r"The direction is $\text{seat}$.", r"\text{east}", False, "words are no products of letters")
 C("product_order", r"So the total is $3dc + 2ba$.", "2ab + 3ce", False, "one letter of a product differs")
 
+# ------------------------------------------------------------------------------------------------
+# undone_computation: an answer that restates a computation where the gold is its value. math-verify evaluates it
+# and calls it right; a base model trained on our arithmetic tasks learned to box the question ("3 + 4 + 5") for the
+# reward (docs/grading.md). DESIRED: we score it 0; a power, a fraction and a power of ten stay numbers.
+# ------------------------------------------------------------------------------------------------
+UNDONE = "DESIRED: the question's computation, not its value (math-verify evaluates it: right)"
+C("undone_computation", r"Answer: \boxed{3 + 4 + 5}.", "12", False, UNDONE)
+C("undone_computation", r"Answer: \boxed{3 + 4 + 5} = 9.", "12", False, UNDONE + "; the wrong value after the box")
+C("undone_computation", r"The answer is $2 \times 6$.", "12", False, UNDONE)
+C("undone_computation", r"The answer is $3 \cdot 4$.", "12", False, UNDONE)
+C("undone_computation", r"So the answer is \boxed{15 - 3}.", "12", False, UNDONE)
+C("undone_computation", r"So the answer is \boxed{(3+4)+5}.", "12", False, UNDONE)
+C("undone_computation", r"So \boxed{12 = 3 + 4 + 5}.", "12", False, UNDONE + ": the last side of the chain")
+C("undone_computation", r"The answer is $3 - 7$.", "-4", False, UNDONE)
+C("undone_computation", r"3 + 4 + 5 = 12. The answer is \boxed{12}.", "12", True, "the worked line, then the value")
+C("undone_computation", r"So \boxed{3 + 4 + 5 = 12}.", "12", True, "a chain: its last side is the value")
+C("undone_computation", r"The answer is $1.5 \times 10^{-3}$.", "0.0015", True, "a power of ten is a number form")
+C("undone_computation", r"The answer is $2 \cdot 10^{3}$.", "2000", True, "a power of ten is a number form")
+C("undone_computation", r"The answer is $2^{10}$.", "1024", True, "a power stays a number")
+C("undone_computation", r"The answer is $-3$.", "-3", True, "a sign is no operation")
+C("undone_computation", r"The answer is $1 + 2\sqrt{3}$.", r"2\sqrt{3}+1", True, "a symbolic gold: the rule is off")
+
 assert all(len(c) == 5 and isinstance(c[3], bool) for c in CASES)
