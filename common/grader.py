@@ -48,6 +48,9 @@ x=3 == 3, 1,000 == 1000, 27.0 == 27; floats compare after rounding to 6 decimals
   - matrices: a nested list [[1, 2], [3, 4]] is the pmatrix with those rows ([[3], [-1]] a column); rows of
     unequal length are no matrix.
   - `\\mathrm{e}`, `\\operatorname{e}` and `\\text{e}` are Euler's number, `\\mathrm{i}` the imaginary unit.
+Where the gold is a number (12, -3, 0.5, 3/4, \\frac{3}{4}), an answer whose value (the last side of a chain) still
+holds a sum, difference or product of numbers scores 0 before math-verify sees it: `3 + 4 + 5` is the question of
+an arithmetic task copied, not its answer (`is_undone_computation`); powers, fractions and powers of ten pass.
 Where math-verify says no, the two sides are compared once more as expressions, parsed by math-verify's own LaTeX
 parser (latex2sympy2_extended) without its answer rules: i is the imaginary unit ((1+i)^2 == 2i, 3+2i == 2i+3), a
 run of letters is their product (3dc + 2ba == 2ab + 3cd; math-verify reads `dc` as one symbol and drops a final
