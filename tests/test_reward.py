@@ -413,3 +413,21 @@ def test_test_hooks_are_off_by_default(fresh_pool):
     t = time.monotonic()  # with the hooks on, "__hang__" would run into the 20 s timeout
     assert batch_math_reward(["\\boxed{1}", "\\boxed{2}"], ["__hang__", "__die__"], timeout=20.0) == [0.0, 0.0]
     assert time.monotonic() - t < 20
+
+
+@pytest.mark.parametrize("digits,operands,ops", [(1, 2, "+-"), (1, 3, "+"), (1, 3, "+-*"), (2, 2, "+-*"), (2, 3, "*")])
+def test_copying_an_arithmetic_question_into_the_box_earns_nothing(digits, operands, ops):
+    """The reward hack a base model found on these tasks: box the question's computation, which math-verify
+    evaluates and calls right. Every problem: the copy scores 0 (alone, or with a value after it), the value 1, the
+    worked chain ending in the value 1."""
+    from common.data import make_arithmetic
+
+    for row in make_arithmetic(40, "train", seed=3, digits=digits, num_operands=operands, ops=ops):
+        expr = row["question"].removeprefix("What is ").removesuffix("?")
+        assert math_reward(f"Answer: \\boxed{{{expr}}}.", row["answer"]) == 0.0, expr
+        assert math_reward(f"Answer: \\boxed{{{expr}}} = {row['answer']}.", row["answer"]) == 0.0, expr
+        assert math_reward(f"The answer is ${expr}$.", row["answer"]) == 0.0, expr
+        assert math_reward(f"Answer: \\boxed{{{row['answer']}}}.", row["answer"]) == 1.0, expr
+        assert math_reward(f"Answer: {expr} = {row['answer']}. The answer is \\boxed{{{row['answer']}}}.",
+                           row["answer"]) == 1.0, expr
+        assert math_reward(f"So \\boxed{{{expr} = {row['answer']}}}.", row["answer"]) == 1.0, expr
