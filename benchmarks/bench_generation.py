@@ -2,12 +2,18 @@
 
 Same model, same prompts (chat-formatted arithmetic questions), sampling at temperature 1 with a fixed
 max_new_tokens; tokens counted are the completion tokens actually produced (EOS included), so an HF batch
-that keeps decoding for its longest row pays for it. Each engine does one untimed warm-up call first.
+that keeps decoding for its longest row pays for it. Each engine does one warm-up call first, timed apart.
 
     python benchmarks/bench_generation.py                        # tiny model + SmolLM2-135M if installed
     python benchmarks/bench_generation.py --models tiny --batch-sizes 1 16
+    python benchmarks/bench_generation.py --models smollm2-135m-instruct --backends vllm vllm-eager
+
+"vllm" is the engine as the trainers build it (torch.compile'd; on CPU from vLLM's compile cache after a first
+start); "vllm-eager" skips the compile (enforce_eager), to weigh the engine start against the decode speed.
+The table's last column digests the sampled tokens: equal digests, equal samples.
 """
 
+import hashlib
 import importlib.util
 import json
 import subprocess
@@ -29,7 +35,7 @@ class Args:
     models: list[str] = field(default_factory=lambda: ["tiny", "smollm2-135m-instruct"])
     """'tiny' (the test suite's random 2-layer Qwen3), 'smollm2-135m-instruct' (skipped if not installed), or a path"""
     backends: list[str] = field(default_factory=lambda: ["hf", "vllm"])
-    """engines to time"""
+    """engines to time: hf, vllm, vllm-eager"""
     batch_sizes: list[int] = field(default_factory=lambda: [1, 16, 64])
     """prompts per generate call (n=1 sample each)"""
     max_new_tokens: int = 64
@@ -59,14 +65,19 @@ def prompts_for(tokenizer, count: int) -> list[list[int]]:
             for q in questions]
 
 
-def bench(engine, tokenizer, batch_sizes: list[int], max_new_tokens: int) -> list[tuple[int, int, float]]:
+def bench(engine, tokenizer, batch_sizes: list[int], max_new_tokens: int) -> list[tuple[int, int, float, str]]:
+    """(batch size, completion tokens, seconds, a digest of the sampled tokens: equal digests, equal samples)"""
     sampling = SamplingConfig(max_new_tokens=max_new_tokens, temperature=1.0, seed=0)
-    engine.generate(prompts_for(tokenizer, 2), 1, sampling)  # warm-up (vLLM compiles shapes lazily)
+    start = time.perf_counter()
+    engine.generate(prompts_for(tokenizer, 2), 1, sampling)  # warm-up (lazy kernel set-up, shape compiles)
+    print(f"[bench] {type(engine).__name__}: warm-up call {time.perf_counter() - start:.1f} s", flush=True)
     rows = []
     for bs in batch_sizes:
         start = time.perf_counter()
         completions = engine.generate(prompts_for(tokenizer, bs), 1, sampling)
-        rows.append((bs, sum(len(c.token_ids) for c in completions), time.perf_counter() - start))
+        seconds = time.perf_counter() - start
+        digest = hashlib.sha256(repr([c.token_ids for c in completions]).encode()).hexdigest()[:8]
+        rows.append((bs, sum(len(c.token_ids) for c in completions), seconds, digest))
     return rows
 
 
@@ -80,10 +91,10 @@ def run_one(name: str, path: str, backend: str, args: Args) -> None:
         engine = HFEngine(model, tokenizer, batch_size=max(args.batch_sizes))
     else:
         start = time.perf_counter()
-        engine = VLLMEngine(path, seed=0, max_model_len=1024)
+        engine = VLLMEngine(path, seed=0, max_model_len=1024, enforce_eager=backend == "vllm-eager")
         print(f"[bench] {name}: vLLM engine start {time.perf_counter() - start:.1f} s", flush=True)
-    for bs, tokens, seconds in bench(engine, tokenizer, args.batch_sizes, args.max_new_tokens):
-        print("RESULT " + json.dumps([name, backend, bs, tokens, seconds]), flush=True)
+    for row in bench(engine, tokenizer, args.batch_sizes, args.max_new_tokens):
+        print("RESULT " + json.dumps([name, backend, *row]), flush=True)
 
 
 def main(args: Args) -> None:
@@ -108,15 +119,16 @@ def main(args: Args) -> None:
                 for line in out.stdout.splitlines():
                     if line.startswith("RESULT "):
                         table.append(json.loads(line[7:]))
-                        _, _, bs, tokens, seconds = table[-1]
-                        print(f"[bench] {name:24s} {backend:5s} batch {bs:3d}: {tokens / seconds:8.1f} tok/s",
+                        _, _, bs, tokens, seconds, _ = table[-1]
+                        print(f"[bench] {name:24s} {backend:13s} batch {bs:3d}: {tokens / seconds:8.1f} tok/s",
                               flush=True)
                     elif line.startswith("[bench]"):
                         print(line, flush=True)
 
-    print("\n| model | backend | batch | completion tokens | seconds | tokens/s |\n|---|---|---:|---:|---:|---:|")
-    for name, backend, bs, tokens, seconds in table:
-        print(f"| {name} | {backend} | {bs} | {tokens} | {seconds:.2f} | {tokens / seconds:.1f} |")
+    print("\n| model | backend | batch | completion tokens | seconds | tokens/s | sampled tokens |\n"
+          "|---|---|---:|---:|---:|---:|---|")
+    for name, backend, bs, tokens, seconds, digest in table:
+        print(f"| {name} | {backend} | {bs} | {tokens} | {seconds:.2f} | {tokens / seconds:.1f} | {digest} |")
 
 
 if __name__ == "__main__":

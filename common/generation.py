@@ -84,11 +84,14 @@ class VLLMEngine:
 
     def __init__(self, model_path: str, *, seed: int = 0, max_model_len: int | None = None,
                  gpu_memory_utilization: float = 0.3, enable_sleep_mode: bool = False, dtype: str = "auto",
-                 kv_cache_gib: float | None = None, kv_cache_seqs: int = 256, stop_ids: list[int] = ()):
+                 kv_cache_gib: float | None = None, kv_cache_seqs: int = 256, stop_ids: list[int] = (),
+                 enforce_eager: bool = False):
         # Set before vllm is imported / the engine is built (vllm.envs reads them lazily until then).
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process engine core: required by sync_weights
         os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")  # else vLLM keeps a core idle (half of a 2-core CPU)
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        if _cpu_only():  # vllm-cpu cannot load its AOT-compiled model back and compiles again at every start (~60 s);
+            os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")  # its older compile cache loads (docs/performance.md)
         vllm_internals.quiet_startup()
         import vllm
         from transformers import AutoConfig, AutoTokenizer, GenerationConfig
@@ -129,7 +132,7 @@ class VLLMEngine:
                 model=model_path, seed=seed, max_model_len=max_model_len, dtype=_resolve_dtype(dtype),
                 gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode,
                 # What the sampler sampled from: post temperature / top-k / top-p (see module docstring).
-                logprobs_mode="processed_logprobs", enable_prefix_caching=True, **kwargs)
+                logprobs_mode="processed_logprobs", enable_prefix_caching=True, enforce_eager=enforce_eager, **kwargs)
 
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingConfig) -> list[Completion]:
         """P prompts -> P*n completions, the n samples of each prompt contiguous."""

