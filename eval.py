@@ -28,7 +28,7 @@ from common.evaluation import default_pass_k, evaluate
 from common.generation import SamplingConfig, make_engine
 from common.errors import BadSpec
 from common.model import DEFAULT_MODEL, check_model, load_policy, resolve_model
-from common.precision import resolve_precision
+from common.precision import machine, resolve_precision
 from common.run import cli
 
 
@@ -165,7 +165,8 @@ def main(args: Args) -> dict:
                 f.write(json.dumps({"dataset": name, **rec}) + "\n")
 
     # ---------------------------------------------------------------- 4. report
-    summary = {"model": args.model, "model_path": model_path, "backend": backend, "precision": precision.name, "results": results,
+    summary = {"model": args.model, "model_path": model_path, "backend": backend, "precision": precision.name,
+               "machine": machine(), "results": results,
                "seconds": round(time.perf_counter() - t_start, 1), "args": dataclasses.asdict(args)}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     print(format_table(results))

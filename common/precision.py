@@ -68,6 +68,23 @@ def cpu_bf16_flags(cpuinfo: str | None = None) -> list[str]:
     return [f for f in CPU_BF16_FLAGS if f in flags]
 
 
+def machine(cpuinfo: str | None = None) -> dict:
+    """What the run's speed and numerics depend on, as a run records it (common/run.py, machine.json): the CPU's
+    model as /proc/cpuinfo names it (a VM may mask it to its vendor: family and model then tell the generation, e.g.
+    AMD family 25 model 17 is Zen 4), its native-bf16 flags, the GPU, torch and its threads."""
+    if cpuinfo is None:
+        path = Path("/proc/cpuinfo")
+        cpuinfo = path.read_text(errors="replace") if path.exists() else ""
+    first = {}
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        first.setdefault(key.strip(), value.strip())
+    return {"cpu": first.get("model name", ""), "cpu_family": first.get("cpu family", ""),
+            "cpu_model": first.get("model", ""), "cpu_bf16_flags": cpu_bf16_flags(cpuinfo),
+            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+            "torch": torch.__version__, "torch_threads": torch.get_num_threads()}
+
+
 def native_bf16(cpuinfo: str | None = None) -> tuple[bool, str]:
     """(does this machine compute bf16 natively, the evidence in words)."""
     if torch.cuda.is_available():

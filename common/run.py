@@ -1,6 +1,7 @@
 """Run plumbing: Accelerate setup, seeding, the run directory, metrics, checkpoints and resume.
 
-Checkpoint layout (`{run_dir}/checkpoints/step-{N}/`):
+A run directory holds args.json (the flags), machine.json (each start's machine and resolved precision),
+metrics.jsonl and checkpoints/. Checkpoint layout (`{run_dir}/checkpoints/step-{N}/`):
     model/     the policy in Hugging Face format (transformers and vLLM load it as is)
     state/     `accelerator.save_state`: weights, optimizer, scheduler and every process's RNGs
     meta.json  step and args; written last, then the folder is renamed from `.tmp-step-{N}`,
@@ -30,7 +31,7 @@ from accelerate.utils import ProjectConfiguration, set_seed
 from common.data import TEMPLATES
 from common.errors import BadSpec, Unavailable, UsageError
 from common.model import check_model, hf_names, unwrap
-from common.precision import Precision
+from common.precision import Precision, machine
 from common.vllm_internals import verbose
 
 TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}
@@ -86,10 +87,20 @@ def make_run_dir(accelerator, script: str, args) -> Path:
         if args.resume:  # forget what the crashed run logged after its last checkpoint: those steps rerun
             _trim_metrics(run_dir / "metrics.jsonl", _step_of(latest_checkpoint(run_dir)))
         (run_dir / "args.json").write_text(json.dumps(dataclasses.asdict(args), indent=2, default=str))
+        _record_machine(run_dir / "machine.json", accelerator)
         if args.track not in (None, "none"):  # hyperparameters as TensorBoard takes them: numbers, strings, booleans
             config = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in dataclasses.asdict(args).items()}
             accelerator.init_trackers(name, config=config)
     return run_dir
+
+
+def _record_machine(path: Path, accelerator) -> None:
+    """Append this start's machine and resolved precision to machine.json (a resumed run may restart elsewhere):
+    `--precision auto` in args.json does not say what a run computed in."""
+    starts = json.loads(path.read_text()) if path.exists() else []
+    starts.append({"time": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "processes": accelerator.num_processes,
+                   "precision": "bf16" if accelerator.mixed_precision == "bf16" else "fp32", **machine()})
+    path.write_text(json.dumps(starts, indent=2))
 
 
 def _trim_metrics(path: Path, step: int) -> None:

@@ -158,10 +158,10 @@ def test_cells_run_each_setup_as_a_whole_ablation_and_tabulate_a_column_per_cell
     assert ran == [
         ("smollm2__digits=1,operands=3", [], ["--model", "smollm2-135m-instruct", "--template", "chat", "--dataset",
          "arithmetic:digits=1,operands=3", "--eval-dataset", "arithmetic:digits=1,operands=3", "--eval-size", "50",
-         "--total-steps", "4"]),
+         "--precision", "fp32", "--total-steps", "4"]),
         ("gemma3__hard", [], ["--model", "gemma3-270m", "--template", "fewshot", "--max-new-tokens", "48",
          "--learning-rate", "3e-6", "--total-steps", "24", "--dataset", hard, "--eval-dataset", hard, "--eval-size", "50",
-         "--total-steps", "4"])]  # the flags after -- come last: they override the cell's
+         "--precision", "fp32", "--total-steps", "4"])]  # the flags after -- come last: they override the cell's
     rows = table_rows((tmp_path / "cells.md").read_text())
     # smollm2: avg@N of seeds 1, 2 = 0.5, 0.6 (lite_ppo), 0.2, 0.3 (group_std), 0.25, 0.35 (batch_mean);
     # gemma3 (no sampled eval): greedy 0.6, 0.8 / 0.5, 0.7 / 0.55, 0.75; adv_abs_mean 0.5, 1.0 everywhere

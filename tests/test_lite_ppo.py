@@ -146,6 +146,10 @@ def kill_and_resume(script: Path, tiny_model_path: str, tiny_math_data: str, tmp
     assert [r["step"] for r in resumed_rows if "losses/policy_loss" in r] == list(range(1, 9))
     evals = [r["step"] for r in resumed_rows if "eval/accuracy" in r]
     assert evals[0] == 0 and evals[-1] == 8 and len(evals) == len(set(evals))
+    # machine.json: one record per start, each with the precision the run computed in
+    starts = json.loads((tmp_path / "killed" / "machine.json").read_text())
+    assert len(starts) == 2 and starts[0]["processes"] == 1
+    assert f"precision: {starts[1]['precision']} (" in result.stdout  # what the resumed start printed it chose
 
     straight = load_file(tmp_path / "straight/checkpoints/step-8/model/model.safetensors")
     resumed = load_file(ckpts / "step-8/model/model.safetensors")

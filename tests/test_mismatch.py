@@ -14,8 +14,8 @@ import torch
 from common import precision
 from common.errors import BadSpec
 from common.mismatch import MODES, mismatch_stats, sampler_weights
-from common.precision import (BF16_MIN_SPEEDUP, bf16_speedup, cpu_bf16_flags, native_bf16, resolve_precision,
-                              untimed)
+from common.precision import (BF16_MIN_SPEEDUP, bf16_speedup, cpu_bf16_flags, machine, native_bf16,
+                              resolve_precision, untimed)
 from common.update import add_stats, step_stats
 from tests.torchrun import torchrun
 
@@ -32,6 +32,19 @@ def test_native_bf16_is_read_from_the_cpu_flags(monkeypatch):
     assert cpu_bf16_flags(SAPPHIRE_RAPIDS) == ["avx512_bf16", "amx_bf16"] and cpu_bf16_flags(GRAVITON3) == ["bf16"]
     assert cpu_bf16_flags("model name\t: bf16 in a name\n") == []  # only the flags lines count
     assert native_bf16(ZEN3)[0] is False and native_bf16(ZEN4)[0] is True
+
+
+def test_a_run_records_the_cpu_as_cpuinfo_names_it_with_its_generation_and_bf16_flags(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    # two processors, as /proc/cpuinfo lists them: the first one's fields are the record's
+    two = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC\n"
+           "flags\t\t: fpu avx2 avx512f avx512_bf16\n\nprocessor\t: 1\ncpu family\t: 26\nmodel\t\t: 2\n"
+           "model name\t: other\nflags\t\t: fpu\n")
+    facts = machine(two)
+    assert (facts["cpu"], facts["cpu_family"], facts["cpu_model"], facts["cpu_bf16_flags"]) == \
+        ("AMD EPYC", "25", "17", ["avx512_bf16"])
+    assert facts["gpu"] is None and facts["torch"] == torch.__version__ and facts["torch_threads"] >= 1
+    assert machine(GRAVITON3)["cpu_bf16_flags"] == ["bf16"] and machine(GRAVITON3)["cpu"] == ""  # ARM names no model
 
 
 def test_auto_is_bf16_only_where_native_and_faster_and_every_choice_says_why(monkeypatch):

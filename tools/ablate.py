@@ -93,6 +93,9 @@ PREDICTIONS = {  # technique: {model type: (the variant the paper expects to do 
     "overlong_filter": {t: ("overlong_filter", "helps when the length limit truncates many responses")
                         for t in ("aligned", "base")},
 }
+# A study's cells run over sessions on different machines, and `auto` is bf16 where it is faster (an AMD Zen 4 here)
+# and fp32 elsewhere (an Intel Xeon here): pinned, so every run of the study computes alike (docs/performance.md)
+CELL_PRECISION = ["--precision", "fp32"]
 TIERS = {  # difficulty: an arithmetic spec, ordered by both models' measured start avg@N (docs/evidence.md, "setups")
     "easy": "arithmetic:digits=1,operands=3",  # 392 held-out problems; SmolLM2 0.083, Gemma 0.061
     "medium": "arithmetic:digits=1,operands=3,ops=+,test=0.25",  # 240; SmolLM2 0.039 (80% truncated at 96 tokens)
@@ -356,7 +359,8 @@ def cell_flags(cell: str, eval_size: int) -> tuple[str, list[str]]:
               f"{eval_size}", flush=True)
     tier = cell.partition(":")[2]
     name = f"{model}__{tier if tier in TIERS else data.removeprefix('arithmetic').lstrip(':') or 'default'}"
-    return name, MODELS[model][1] + ["--dataset", data, "--eval-dataset", data, "--eval-size", str(eval_size)]
+    return name, MODELS[model][1] + ["--dataset", data, "--eval-dataset", data, "--eval-size", str(eval_size)] + \
+        CELL_PRECISION
 
 
 def run_cells(args: Args, extra: list[str]) -> int:

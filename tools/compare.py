@@ -128,13 +128,15 @@ def tail(path: Path, n: int = TAIL_LINES) -> str:
 
 
 def sampled_eval_command(run_args: dict, model: str, n: int, out_dir: Path) -> list[str]:
-    """eval.py on the run's held-out set with the run's sampling settings, n samples per problem, seed 0."""
+    """eval.py on the run's held-out set with the run's sampling settings and --precision, n samples per problem,
+    seed 0."""
     return [sys.executable, str(ROOT / "eval.py"), "--model", model,
             "--datasets", run_args["eval_dataset"] or run_args["dataset"], "--split", "test",
             "--limit", str(run_args["eval_size"]), "--n", str(n), "--temperature", str(run_args["temperature"]),
             "--top-p", str(run_args["top_p"]), "--top-k", str(run_args["top_k"]),
             "--max-new-tokens", str(run_args["max_new_tokens"]), "--template", run_args["template"],
-            "--backend", run_args["backend"], "--seed", "0", "--output-dir", str(out_dir)]
+            "--backend", run_args["backend"], "--precision", run_args.get("precision", "auto"), "--seed", "0",
+            "--output-dir", str(out_dir)]
 
 
 def load_sampled(eval_dir: Path) -> dict | None:
