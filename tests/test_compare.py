@@ -235,3 +235,15 @@ def test_an_eval_recorded_under_another_output_folder_is_reused(tmp_path, capsys
     shutil.move(tmp_path / "a", tmp_path / "b")
     assert run(tmp_path / "b") is None
     assert "finished eval reused" in capsys.readouterr().out
+
+
+def test_a_sampled_eval_computes_in_the_precision_its_run_did():
+    from tools.compare import sampled_eval_command
+
+    run_args = {"eval_dataset": None, "dataset": "arithmetic:digits=1", "eval_size": 8, "temperature": 1.0,
+                "top_p": 1.0, "top_k": 0, "max_new_tokens": 16, "template": "chat", "backend": "auto"}
+    for precision in ("fp32", "bf16", "auto"):
+        cmd = sampled_eval_command(run_args | {"precision": precision}, "m", 4, Path("out"))
+        assert cmd[cmd.index("--precision") + 1] == precision
+    cmd = sampled_eval_command(run_args, "m", 4, Path("out"))  # a run from before --precision existed
+    assert cmd[cmd.index("--precision") + 1] == "auto"
