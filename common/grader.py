@@ -26,9 +26,11 @@ last side, while an equation in variables stays whole (`6x - 4y + 2z = 10`, `y =
 `A(0, 5)` is its coordinates; or, in plain text, a number with its sign and form (`-12`, `.5`, `1,000`,
 `12 500`, `12\\,500`, `3,75` as 3.75, `3/4`, `25%`, `3.2e5` and `1.5 \\times 10^{-3}` as powers of ten), an
 interval or pair of numbers (`[2, 5)`), a nested list (`[[1, 2], [3, 4]]`), a relation (`x > 3`, `x = 0,5`) or a
-LaTeX atom (`-\\frac34`, `2\\sqrt3`, `\\frac{9}{4}\\pi`). Never a digit run cut out of a larger number or
-expression: `x \\ge 2` is the relation, not 2; `4th` is no number. A `$...$` holding prose is two money
-amounts, not math ("costs $2.50, so 4 boxes cost $10" -> 10). Unicode minus and times signs read as - and \\times.
+LaTeX atom (`-\\frac34`, `2\\sqrt3`, `\\frac{9}{4}\\pi`); numbers joined by operators (+ - * × ÷ \\times \\cdot
+\\div =) are one answer, as in a span: "The answer is 3 + 4 = 7." -> 7, "The answer is 7 - 0." -> "7 - 0". Never a
+digit run cut out of a larger number or expression: `x \\ge 2` is the relation, not 2; `4th` is no number. A
+`$...$` holding prose is two money amounts, not math ("costs $2.50, so 4 boxes cost $10" -> 10). Unicode minus and
+times signs read as - and \\times.
 
 Gold answers (`normalize_gold`) are tidied, not graded: a gold that is a worked solution (a box, a `####` line,
 or sentences of prose) gives its answer by the rules above; a trailing backslash is dropped; `1,000` is 1000;
@@ -201,11 +203,32 @@ def _candidates(text: str) -> list[tuple[int, int, str]]:
             spans.append((m.start(), m.end(), [content]))
     out, pos = [], 0
     for start, end, contents in spans + [(len(text), len(text), [])]:
-        out += [(pos + p.start(), pos + p.end(), _plain_answer(p)) for p in _PLAIN.finditer(text[pos:start])]
+        out += _plain_chains(text, pos, start)
         if contents:
             out.append((start, end, ", ".join(map(_span_answer, contents))))
         pos = end
     return out
+
+
+_OPERATOR = re.compile(r"\s*(?:[-+*×÷=]|\\times|\\cdot|\\div)\s*")  # between two numbers of plain text
+
+
+def _plain_chains(text: str, start: int, end: int) -> list[tuple[int, int, str]]:
+    """The plain-text answers of text[start:end], where numbers joined by operators make one: a chain `3 + 4 = 7`
+    gives its last side (7), a computation left undone (`7 - 0`, `3 + 4 + 5`) stays whole, never its first number."""
+    out, numbers = [], []  # out: (start, end, answer, joined); numbers: is each a number, open to an operator after it
+    for p in _PLAIN.finditer(text, start, end):
+        number, answer = p.lastgroup in ("number", "sci", "atom"), _plain_answer(p)
+        gap = text[out[-1][1] : p.start()] if out else ""
+        sign = answer.startswith("-") and not gap.strip()  # "12 - 5": "- 5" read as a sign is a subtraction
+        if out and numbers[-1] and number and (sign or _OPERATOR.fullmatch(gap)):
+            op, answer = ("-", answer[1:].lstrip()) if sign else (gap.strip(), answer)
+            first, _, chain, _ = out.pop()
+            out.append((first, p.end(), f"{chain} {op} {answer}", True))
+        else:
+            out.append((p.start(), p.end(), answer, False))
+            numbers.append(number)
+    return [(a, b, _EQUALS.split(answer)[-1].strip() if joined else answer) for a, b, answer, joined in out]
 
 
 def _tidy_number(number: str) -> str:

@@ -636,4 +636,16 @@ C("undone_computation", r"The answer is $2^{10}$.", "1024", True, "a power stays
 C("undone_computation", r"The answer is $-3$.", "-3", True, "a sign is no operation")
 C("undone_computation", r"The answer is $1 + 2\sqrt{3}$.", r"2\sqrt{3}+1", True, "a symbolic gold: the rule is off")
 
+# ------------------------------------------------------------------------------------------------
+# plain_chain: numbers joined by operators in plain text are one answer: a chain gives its last side, a computation
+# left undone stays whole (and scores 0 where the gold is its value), never its first number
+# ------------------------------------------------------------------------------------------------
+C("plain_chain", "The answer is 3 + 4 = 7.", "7", True, "a chain after the anchor: its last side, not 3")
+C("plain_chain", "The answer is 12 - 5 = 7, done.", "7", True, "a subtraction's minus is no sign of 5")
+C("plain_chain", "So 4 * 3 = 12 apples in all.", "12", True, "the last chain of the text")
+C("plain_chain", "The answer is 7, and 3 - 2 = 1.", "7", True, "the anchor's first answer is the 7 before the comma")
+C("plain_chain", "The answer is 7 - 0.", "7", False, "DESIRED: a computation left undone, not its first number")
+C("plain_chain", "Answer: 3 + 4 + 5", "12", False, UNDONE)
+C("plain_chain", "The answer is 8 \\div 2 = 4.", "4", True, "\\div between numbers")
+
 assert all(len(c) == 5 and isinstance(c[3], bool) for c in CASES)

@@ -173,7 +173,9 @@ EXTRACTION = [
     ("work\n#### 72", "72"),
     ("#### $1,234.", "1234"),  # thousands separators dropped (so is_equiv reads one number)
     ("The change is -7 degrees", "-7"),
-    ("3-5 is two", "5"),  # not -5: a subtraction
+    ("3-5 is two", "3 - 5"),  # a subtraction, whole: not -5, and not 5 cut out of it
+    ("The answer is 3 + 4 = 7.", "7"),  # a chain in plain text: its last side
+    ("The answer is 7 - 0.", "7 - 0"),  # a computation left undone, whole
     ("about 3.75 km", "3.75"),
     ("population 1,234,567 people", "1234567"),
     ("list 1, 2, 3", "3"),
