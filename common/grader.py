@@ -216,19 +216,18 @@ _OPERATOR = re.compile(r"\s*(?:[-+*×÷=]|\\times|\\cdot|\\div)\s*")  # between 
 def _plain_chains(text: str, start: int, end: int) -> list[tuple[int, int, str]]:
     """The plain-text answers of text[start:end], where numbers joined by operators make one: a chain `3 + 4 = 7`
     gives its last side (7), a computation left undone (`7 - 0`, `3 + 4 + 5`) stays whole, never its first number."""
-    out, numbers = [], []  # out: (start, end, answer, joined); numbers: is each a number, open to an operator after it
+    out = []  # (start, end, answer, is it a number (open to an operator after it), was it joined)
     for p in _PLAIN.finditer(text, start, end):
         number, answer = p.lastgroup in ("number", "sci", "atom"), _plain_answer(p)
         gap = text[out[-1][1] : p.start()] if out else ""
         sign = answer.startswith("-") and not gap.strip()  # "12 - 5": "- 5" read as a sign is a subtraction
-        if out and numbers[-1] and number and (sign or _OPERATOR.fullmatch(gap)):
+        if out and out[-1][3] and number and (sign or _OPERATOR.fullmatch(gap)):
             op, answer = ("-", answer[1:].lstrip()) if sign else (gap.strip(), answer)
-            first, _, chain, _ = out.pop()
-            out.append((first, p.end(), f"{chain} {op} {answer}", True))
+            first, _, chain, _, _ = out.pop()
+            out.append((first, p.end(), f"{chain} {op} {answer}", True, True))
         else:
-            out.append((p.start(), p.end(), answer, False))
-            numbers.append(number)
-    return [(a, b, _EQUALS.split(answer)[-1].strip() if joined else answer) for a, b, answer, joined in out]
+            out.append((p.start(), p.end(), answer, number, False))
+    return [(a, b, _EQUALS.split(answer)[-1].strip() if joined else answer) for a, b, answer, _, joined in out]
 
 
 def _tidy_number(number: str) -> str:

@@ -55,11 +55,14 @@ def untimed(line: str) -> str:
     return re.sub(r"\d+\.\d+x the speed", "Nx the speed", line)
 
 
+def _cpuinfo() -> str:
+    path = Path("/proc/cpuinfo")
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
 def cpu_bf16_flags(cpuinfo: str | None = None) -> list[str]:
     """The native-bf16 flags this CPU reports in /proc/cpuinfo (`cpuinfo`: that file's text; read it if None)."""
-    if cpuinfo is None:
-        path = Path("/proc/cpuinfo")
-        cpuinfo = path.read_text(errors="replace") if path.exists() else ""
+    cpuinfo = _cpuinfo() if cpuinfo is None else cpuinfo
     flags = set()
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
@@ -72,9 +75,7 @@ def machine(cpuinfo: str | None = None) -> dict:
     """What the run's speed and numerics depend on, as a run records it (common/run.py, machine.json): the CPU's
     model as /proc/cpuinfo names it (a VM may mask it to its vendor: family and model then tell the generation, e.g.
     AMD family 25 model 17 is Zen 4), its native-bf16 flags, the GPU, torch and its threads."""
-    if cpuinfo is None:
-        path = Path("/proc/cpuinfo")
-        cpuinfo = path.read_text(errors="replace") if path.exists() else ""
+    cpuinfo = _cpuinfo() if cpuinfo is None else cpuinfo
     first = {}
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
