@@ -24,7 +24,7 @@ An "answer" there is a whole math span (`$...$`, `\\(...\\)`, `\\[...\\]`, `$$..
 ",", "and", "or" make one list: "$2$ and $-3$" -> "2, -3"), of which a chain `a = b = c` or `f(2) = 5` gives its
 last side, while an equation in variables stays whole (`6x - 4y + 2z = 10`, `y = 2x + 3`) and a labelled point
 `A(0, 5)` is its coordinates; or, in plain text, a number with its sign and form (`-12`, `.5`, `1,000`,
-`12 500`, `12\\,500`, `3,75` as 3.75, `3/4`, `25%`, `3.2e5` and `1.5 \\times 10^{-3}` as powers of ten), an
+`12 500`, `12\\,500`, `3,75` as 3.75, `3/4`, `25%`, `3.2e5` and `1.5 \\times 10^{-3}` as powers of ten, a power `2^3`), an
 interval or pair of numbers (`[2, 5)`), a nested list (`[[1, 2], [3, 4]]`), a relation (`x > 3`, `x = 0,5`) or a
 LaTeX atom (`-\\frac34`, `2\\sqrt3`, `\\frac{9}{4}\\pi`); numbers joined by operators (+ - * × ÷ \\times \\cdot
 \\div =) are one answer, as in a span: "The answer is 3 + 4 = 7." -> 7, "The answer is 7 - 0." -> "7 - 0". Never a
@@ -168,6 +168,7 @@ _PLAIN = re.compile(
     rf"|(?P<pair>[\[(]\s*{_NUM}\s*,\s*{_NUM}\s*[\])])"  # an interval or a pair: [2, 5), (-1, 4)
     rf"|(?P<relation>(?<![\w\\])[a-zA-Z]\s*(?:<=|>=|<|>|≤|≥|\\[lg]eq?\b|\\neq\b|=)\s*)(?P<rhs>{_ATOM}|{_NUM})"  # x > 3
     r"|(?P<sci>(?<![\w.])\d+(?:\.\d+)?(?:[eE][+-]?\d+|\s*(?:\\times|\\cdot)\s*10\^\{?-?\d+\}?)(?!\w|\.\d))"  # 3.2e5
+    r"|(?P<power>(?:(?<![\w)\]}^_])-\s?)?(?<![\w.^])\d+(?:\.\d+)?\^(?:\{-?\d+\}|-?\d+)(?![\w^]|\.\d))"  # 2^3: not its base
     rf"|(?P<atom>{_ATOM})|(?P<number>{_NUM})")
 _SEPARATOR = re.compile(r"(?<=\d)(?:,\\!|\\,|,| )(?=\d{3}(?!\d))")  # thousands: 1,000  12 500  12\,500  12,\!500
 _DECIMAL_COMMA = re.compile(r"(?<=\d),(?=\d+$)")
@@ -218,7 +219,7 @@ def _plain_chains(text: str, start: int, end: int) -> list[tuple[int, int, str]]
     gives its last side (7), a computation left undone (`7 - 0`, `3 + 4 + 5`) stays whole, never its first number."""
     out = []  # (start, end, answer, is it a number (open to an operator after it), was it joined)
     for p in _PLAIN.finditer(text, start, end):
-        number, answer = p.lastgroup in ("number", "sci", "atom"), _plain_answer(p)
+        number, answer = p.lastgroup in ("number", "sci", "power", "atom"), _plain_answer(p)
         gap = text[out[-1][1] : p.start()] if out else ""
         sign = answer.startswith("-") and not gap.strip()  # "12 - 5": "- 5" read as a sign is a subtraction
         if out and out[-1][3] and number and (sign or _OPERATOR.fullmatch(gap)):

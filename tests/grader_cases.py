@@ -647,5 +647,8 @@ C("plain_chain", "The answer is 7, and 3 - 2 = 1.", "7", True, "the anchor's fir
 C("plain_chain", "The answer is 7 - 0.", "7", False, "DESIRED: a computation left undone, not its first number")
 C("plain_chain", "Answer: 3 + 4 + 5", "12", False, UNDONE)
 C("plain_chain", "The answer is 8 \\div 2 = 4.", "4", True, "\\div between numbers")
+C("plain_chain", "The answer is 2^3 = 8.", "8", True, "a power in plain text is one number: the chain's last side, not 2")
+C("plain_chain", "The answer is 2^3.", "8", True, "a power stays a number, as $2^{10}$ does")
+C("plain_chain", "The answer is 5 - 2^2 = 1.", "1", True, "a power inside a chain")
 
 assert all(len(c) == 5 and isinstance(c[3], bool) for c in CASES)
