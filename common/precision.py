@@ -13,9 +13,14 @@ The flag alone does not say bf16 is faster. Measured with 2 threads, torch 2.13 
   0.61x and the default run's 8 steps 0.66x the speed of fp32: fp32 wins;
 - AMD EPYC Zen 3 (no flag: bf16 emulated): 1.2 against 33 GFLOP/s.
 `--precision bf16` runs anywhere; without a flag it says the run will be much slower.
+
+The rest of what a run's speed depends on is here too, and machine.json records it (`machine`): the CPU, its threads,
+and how malloc treats the memory a step frees (`keep_freed_memory`).
 """
 
+import ctypes
 import math
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -71,10 +76,39 @@ def cpu_bf16_flags(cpuinfo: str | None = None) -> list[str]:
     return [f for f in CPU_BF16_FLAGS if f in flags]
 
 
+MALLOC = {"mmap_max": 0, "trim_threshold": 2**31 - 1}  # glibc's tunables as keep_freed_memory sets them (mallopt)
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # mallopt's parameter numbers (malloc.h)
+_malloc = "glibc defaults"  # what this process's malloc does, as machine.json records it
+
+
+def keep_freed_memory() -> str:
+    """On a CPU, make glibc's malloc keep the memory a step frees for the next step: no mmap, no trimming.
+
+    By default glibc serves every block over 32 MiB (a [chunk, vocab] logits block, a layer's activations over a
+    batch) with its own mmap and unmaps it on free, so the next step faults it in again, zeroed page by page: on
+    2 cores, a quarter of a Gemma 3 step's CPU time went to the kernel (docs/performance.md). Kept, the peak
+    resident memory grows by about a tenth. Left alone on a GPU (its tensors are not malloc's), under another
+    allocator (LD_PRELOAD) or where GLIBC_TUNABLES names malloc tunables (the user's choice); returns what holds."""
+    global _malloc
+    if "LD_PRELOAD" in os.environ or "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", ""):
+        _malloc = " ".join(f"{k}={os.environ[k]}" for k in ("LD_PRELOAD", "GLIBC_TUNABLES") if k in os.environ)
+        return _malloc
+    if torch.cuda.is_available():
+        return _malloc
+    try:
+        libc = ctypes.CDLL(None)
+        ok = libc.mallopt(_M_MMAP_MAX, MALLOC["mmap_max"]) and libc.mallopt(_M_TRIM_THRESHOLD, MALLOC["trim_threshold"])
+    except (AttributeError, OSError):  # no glibc (musl, macOS): its allocator as it is
+        return _malloc
+    if ok:
+        _malloc = ":".join(f"glibc.malloc.{k}={v}" for k, v in MALLOC.items())
+    return _malloc
+
+
 def machine(cpuinfo: str | None = None) -> dict:
     """What the run's speed and numerics depend on, as a run records it (common/run.py, machine.json): the CPU's
     model as /proc/cpuinfo names it (a VM may mask it to its vendor: family and model then tell the generation, e.g.
-    AMD family 25 model 17 is Zen 4), its native-bf16 flags, the GPU, torch and its threads."""
+    AMD family 25 model 17 is Zen 4), its native-bf16 flags, the GPU, torch, its threads and malloc's setting."""
     cpuinfo = _cpuinfo() if cpuinfo is None else cpuinfo
     first = {}
     for line in cpuinfo.splitlines():
@@ -83,7 +117,7 @@ def machine(cpuinfo: str | None = None) -> dict:
     return {"cpu": first.get("model name", ""), "cpu_family": first.get("cpu family", ""),
             "cpu_model": first.get("model", ""), "cpu_bf16_flags": cpu_bf16_flags(cpuinfo),
             "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-            "torch": torch.__version__, "torch_threads": torch.get_num_threads()}
+            "torch": torch.__version__, "torch_threads": torch.get_num_threads(), "malloc": _malloc}
 
 
 def native_bf16(cpuinfo: str | None = None) -> tuple[bool, str]:

@@ -31,7 +31,7 @@ from accelerate.utils import ProjectConfiguration, set_seed
 from common.data import TEMPLATES
 from common.errors import BadSpec, Unavailable, UsageError
 from common.model import check_model, hf_names, unwrap
-from common.precision import Precision, machine
+from common.precision import Precision, keep_freed_memory, machine
 from common.vllm_internals import verbose
 
 TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}
@@ -39,8 +39,10 @@ TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}
 
 def cli(main: Callable, args_type: type) -> None:
     """Parse the flags into `args_type` (tyro: `--help` lists them, a value outside a flag's choices is refused) and
-    run `main`; a bad flag, data spec, path or missing package ends the run with one line that names it, exit 1."""
+    run `main`; a bad flag, data spec, path or missing package ends the run with one line that names it, exit 1.
+    Freed memory stays in the process for the next step (keep_freed_memory)."""
     args = tyro.cli(args_type)
+    keep_freed_memory()
     try:
         main(args)
     except UsageError as e:

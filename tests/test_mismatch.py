@@ -4,6 +4,8 @@ engine in fp32 (the sampler is the trainer's own model: the weights are 1 up to 
 
 import json
 import math
+import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +47,32 @@ def test_a_run_records_the_cpu_as_cpuinfo_names_it_with_its_generation_and_bf16_
         ("AMD EPYC", "25", "17", ["avx512_bf16"])
     assert facts["gpu"] is None and facts["torch"] == torch.__version__ and facts["torch_threads"] >= 1
     assert machine(GRAVITON3)["cpu_bf16_flags"] == ["bf16"] and machine(GRAVITON3)["cpu"] == ""  # ARM names no model
+
+
+RETURNED = """import sys, torch
+from common.precision import keep_freed_memory, machine
+print(keep_freed_memory() if sys.argv[1] == "keep" else "as started", machine()["malloc"], sep="|")
+def resident(): return int(open("/proc/self/statm").read().split()[1])
+x = torch.empty(64 * 2**20); x.fill_(1.0)  # 256 MiB, every page written
+before = resident(); del x
+print(before - resident())  # the pages freeing it handed back to the kernel
+"""
+
+
+def test_freed_memory_is_kept_for_the_next_step_unless_the_user_chose_malloc_settings():
+    def run(mode, **env):
+        out = subprocess.run([sys.executable, "-c", RETURNED, mode], cwd=ROOT, capture_output=True, text=True,
+                             timeout=120, env={**{k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}, **env})
+        said, returned = out.stdout.strip().splitlines()
+        return said.split("|"), int(returned)
+    pages = 64 * 2**20 * 4 // resource.getpagesize()
+    (said, recorded), returned = run("default")
+    assert (said, recorded) == ("as started", "glibc defaults") and returned >= 0.9 * pages  # unmapped on free
+    (said, recorded), returned = run("keep")
+    assert said == recorded == "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=2147483647"
+    assert returned < 0.01 * pages  # kept in the process, for the next step's blocks
+    (said, recorded), returned = run("keep", GLIBC_TUNABLES="glibc.malloc.mmap_max=65536")  # the user's own
+    assert said == recorded == "GLIBC_TUNABLES=glibc.malloc.mmap_max=65536" and returned >= 0.9 * pages
 
 
 def test_auto_is_bf16_only_where_native_and_faster_and_every_choice_says_why(monkeypatch):
