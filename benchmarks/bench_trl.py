@@ -123,7 +123,7 @@ import tyro
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from common.precision import native_bf16  # noqa: E402
+from common.precision import keep_freed_memory, native_bf16  # noqa: E402
 
 CASES = {  # name: (model, prompts per step, samples per prompt, max new tokens)
     "tiny": ("tiny", 8, 4, 32),
@@ -332,6 +332,7 @@ def run_trl(spec: dict) -> dict:
 def child_main(spec: dict) -> None:
     import torch
 
+    keep_freed_memory()  # both sides, as the scripts' cli() does: freed memory kept (docs/performance.md)
     torch.set_num_threads(spec["threads"])
     start = time.perf_counter()
     result = run_trl(spec) if spec["side"] == "trl" else run_ours(spec)
@@ -428,7 +429,8 @@ def main(args: Args) -> None:
               f"machine: {platform.node()}, {os.cpu_count()} CPUs ({len(os.sched_getaffinity(0))} usable), "
               f"{platform.processor() or platform.machine()}; torch {torch.__version__}, transformers "
               f"{transformers.__version__}, trl {trl_version}; torch threads per run: {threads}",
-              f"native bf16: {native_bf16()[1]}",
+              f"native bf16: {native_bf16()[1]}; malloc in every run (ours and TRL's), as the scripts set it: "
+              f"{keep_freed_memory()}",
               f"dataset {args.dataset}; {args.steps} measured steps after 1 warm-up step per run; s/step and "
               "phases are medians over them; OpenMP threads " + ("pinned" if args.bind_threads else "not pinned"),
               machine("start")]
