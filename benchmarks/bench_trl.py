@@ -424,13 +424,14 @@ def main(args: Args) -> None:
     import transformers
 
     threads = args.threads or len(os.sched_getaffinity(0))
+    malloc = keep_freed_memory()  # set here too, as each run sets it (child_main); printed in the header
     trl_version = next((p.name[4:-10] for p in Path(args.trl_path).glob("trl-*.dist-info")), "not installed")
     header = [f"command: {shlex.join([Path(sys.executable).name, *sys.argv])}",
               f"machine: {platform.node()}, {os.cpu_count()} CPUs ({len(os.sched_getaffinity(0))} usable), "
               f"{platform.processor() or platform.machine()}; torch {torch.__version__}, transformers "
               f"{transformers.__version__}, trl {trl_version}; torch threads per run: {threads}",
               f"native bf16: {native_bf16()[1]}; malloc in every run (ours and TRL's), as the scripts set it: "
-              f"{keep_freed_memory()}",
+              f"{malloc}",
               f"dataset {args.dataset}; {args.steps} measured steps after 1 warm-up step per run; s/step and "
               "phases are medians over them; OpenMP threads " + ("pinned" if args.bind_threads else "not pinned"),
               machine("start")]

@@ -24,8 +24,8 @@ An "answer" there is a whole math span (`$...$`, `\\(...\\)`, `\\[...\\]`, `$$..
 ",", "and", "or" make one list: "$2$ and $-3$" -> "2, -3"), of which a chain `a = b = c` or `f(2) = 5` gives its
 last side, while an equation in variables stays whole (`6x - 4y + 2z = 10`, `y = 2x + 3`) and a labelled point
 `A(0, 5)` is its coordinates; or, in plain text, a number with its sign and form (`-12`, `.5`, `1,000`,
-`12 500`, `12\\,500`, `3,75` as 3.75, `3/4`, `25%`, `3.2e5` and `1.5 \\times 10^{-3}` as powers of ten, a power `2^3`), an
-interval or pair of numbers (`[2, 5)`), a nested list (`[[1, 2], [3, 4]]`), a relation (`x > 3`, `x = 0,5`) or a
+`12 500`, `12\\,500`, `3,75` as 3.75, `3/4`, `25%`, `3.2e5` and `1.5 \\times 10^{-3}` as powers of ten, a power
+`2^3`), an interval or pair of numbers (`[2, 5)`), a nested list (`[[1, 2], [3, 4]]`), a relation (`x > 3`, `x = 0,5`) or a
 LaTeX atom (`-\\frac34`, `2\\sqrt3`, `\\frac{9}{4}\\pi`); numbers joined by operators (+ - * × ÷ \\times \\cdot
 \\div =) are one answer, as in a span: "The answer is 3 + 4 = 7." -> 7, "The answer is 7 - 0." -> "7 - 0". Never a
 digit run cut out of a larger number or expression: `x \\ge 2` is the relation, not 2; `4th` is no number. A
@@ -158,7 +158,8 @@ _TOKEN = re.compile(r" +([^\s$]+)")
 # ---- the final answer of a completion without a box (rule in the module docstring)
 # a number: sign (not a subtraction: "3-5" -> 5), thousands groups (",", a space, "\,", ",\!"; the first group 1-3
 # digits), a decimal point or a decimal comma ("3,75": not 3 digits after it, not a list "1,2,3"), ".5", "3/4", "%"
-_NUM = (r"(?:(?<![\w)\]}^_])-\s?)?(?<![\w.,\\/^_])"
+_SIGN = r"(?:(?<![\w)\]}^_])-\s?)?"  # a minus that is a sign, not a subtraction ("3-5")
+_NUM = (_SIGN + r"(?<![\w.,\\/^_])"
         r"(?:(?:\d{1,3}(?:(?:,|\\,|,\\!| )\d{3})+(?![\d,])|\d+)(?:\.\d+|,\d{1,2}(?![\d,])|,\d{4,}(?![\d,]))?|\.\d+)"
         r"(?:\s*/\s*\d+(?![\d.]))?(?!(?:st|nd|rd|th)\b)(?:\s*(?:\\?%|\s?percent\b))?")  # not an ordinal: 4th
 _ATOM = (r"(?:(?<![\w)\]}])-\s?)?(?:\d+(?:\.\d+)?\s*)?\\(?:[dt]?frac(?:\{[^{}$]{1,40}\}\{[^{}$]{1,40}\}|\d\d?|\d\{[^{}$]{1,40}\})"
@@ -168,7 +169,7 @@ _PLAIN = re.compile(
     rf"|(?P<pair>[\[(]\s*{_NUM}\s*,\s*{_NUM}\s*[\])])"  # an interval or a pair: [2, 5), (-1, 4)
     rf"|(?P<relation>(?<![\w\\])[a-zA-Z]\s*(?:<=|>=|<|>|≤|≥|\\[lg]eq?\b|\\neq\b|=)\s*)(?P<rhs>{_ATOM}|{_NUM})"  # x > 3
     r"|(?P<sci>(?<![\w.])\d+(?:\.\d+)?(?:[eE][+-]?\d+|\s*(?:\\times|\\cdot)\s*10\^\{?-?\d+\}?)(?!\w|\.\d))"  # 3.2e5
-    r"|(?P<power>(?:(?<![\w)\]}^_])-\s?)?(?<![\w.^])\d+(?:\.\d+)?\^(?:\{-?\d+\}|-?\d+)(?![\w^]|\.\d))"  # 2^3: not its base
+    rf"|(?P<power>{_SIGN}(?<![\w.^])\d+(?:\.\d+)?\^(?:\{{-?\d+\}}|-?\d+)(?![\w^]|\.\d))"  # 2^3: not its base
     rf"|(?P<atom>{_ATOM})|(?P<number>{_NUM})")
 _SEPARATOR = re.compile(r"(?<=\d)(?:,\\!|\\,|,| )(?=\d{3}(?!\d))")  # thousands: 1,000  12 500  12\,500  12,\!500
 _DECIMAL_COMMA = re.compile(r"(?<=\d),(?=\d+$)")

@@ -77,7 +77,7 @@ def cpu_bf16_flags(cpuinfo: str | None = None) -> list[str]:
 
 
 MALLOC = {"mmap_max": 0, "trim_threshold": 2**31 - 1}  # glibc's tunables as keep_freed_memory sets them (mallopt)
-ALLOCATORS = re.compile(r"tcmalloc|jemalloc|mimalloc")  # a preloaded malloc (vLLM's CPU platform preloads libgomp: no malloc)
+ALLOCATORS = re.compile(r"tcmalloc|jemalloc|mimalloc")  # a preloaded malloc (vLLM's CPU platform preloads libgomp)
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # mallopt's parameter numbers (malloc.h)
 _malloc = "glibc defaults"  # what this process's malloc does, as machine.json records it
 
@@ -89,7 +89,8 @@ def keep_freed_memory() -> str:
     batch) with its own mmap and unmaps it on free, so the next step faults it in again, zeroed page by page: on
     2 cores, a quarter of a Gemma 3 step's CPU time went to the kernel (docs/performance.md). Kept, the peak
     resident memory grows by about a tenth. Left alone on a GPU (its tensors are not malloc's), under another
-    allocator (tcmalloc, jemalloc, mimalloc in LD_PRELOAD) or where GLIBC_TUNABLES names malloc tunables (the user's choice); returns what holds."""
+    allocator (tcmalloc, jemalloc, mimalloc in LD_PRELOAD) or where GLIBC_TUNABLES names malloc tunables (the
+    user's choice); returns what holds."""
     global _malloc
     if ALLOCATORS.search(os.environ.get("LD_PRELOAD", "")) or "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", ""):
         _malloc = " ".join(f"{k}={os.environ[k]}" for k in ("LD_PRELOAD", "GLIBC_TUNABLES") if k in os.environ)

@@ -61,8 +61,9 @@ print(before - resident())  # the pages freeing it handed back to the kernel
 
 def test_freed_memory_is_kept_for_the_next_step_unless_the_user_chose_malloc_settings():
     def run(mode, **env):
+        inherited = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "LD_PRELOAD")}
         out = subprocess.run([sys.executable, "-c", RETURNED, mode], cwd=ROOT, capture_output=True, text=True,
-                             timeout=120, env={**{k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "LD_PRELOAD")}, **env})
+                             timeout=120, env={**inherited, **env})
         said, returned = out.stdout.strip().splitlines()
         return said.split("|"), int(returned)
     pages = 64 * 2**20 * 4 // resource.getpagesize()
