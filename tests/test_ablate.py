@@ -145,7 +145,8 @@ def test_cells_run_each_setup_as_a_whole_ablation_and_tabulate_a_column_per_cell
 
     def collect(variants, seeds, out, keys):  # two seeds of each variant; cell gemma3 has no sampled eval
         model = out.name.partition("__")[0]
-        runs = lambda v: [{"final_acc": 0.3 + 0.2 * s + bonus[model][v], "wall_s": 60.0 * s, "rollout/adv_abs_mean": [(1, 0.5 * s), (2, 0.5 * s)],
+        runs = lambda v: [{"final_acc": 0.3 + 0.2 * s + bonus[model][v], "wall_s": 60.0 * s, "machine": f"cpu {s}",
+                           "rollout/adv_abs_mean": [(1, 0.5 * s), (2, 0.5 * s)],
                            **({"sampled": [(0, 0.0), (8, 0.1 + 0.1 * s + bonus[model][v])]} if model == "smollm2" else {})}
                           for s in seeds]
         return {v: runs(v) for v in variants}
@@ -172,9 +173,25 @@ def test_cells_run_each_setup_as_a_whole_ablation_and_tabulate_a_column_per_cell
     # smollm2's ranges are apart; gemma3's overlap: 4 (0.02 + 0.02) / 0.1^2 = 16 seeds, / 0.05^2 = 64 seeds
     assert rows["here"][1:] == ["vs group_std: agreed (+0.300, resolved); vs batch_mean: agreed (+0.250, resolved)",
                                 "vs group_std: unresolved (+0.100; ~16 seeds); vs batch_mean: unresolved (+0.050; ~64 seeds)"]
-    assert rows["gemma3:hard"] == ["gemma3:hard", "6", "90.0 s", "9.0 min"]  # 3 variants x seeds 1, 2: 60 s and 120 s
+    # the cost per machine: 3 variants of seed 1 on "cpu 1" at 60 s, of seed 2 on "cpu 2" at 120 s
+    cost = [[c.strip() for c in line.strip("|").split("|")] for line in (tmp_path / "cells.md").read_text().splitlines()
+            if line.startswith("| gemma3:hard |")]
+    assert cost == [["gemma3:hard", "cpu 1", "3", "60.0 s", "3.0 min"], ["gemma3:hard", "cpu 2", "3", "2.0 min", "6.0 min"]]
     assert set(rows) == {"variant", "lite_ppo", "group_std", "batch_mean", "the paper", "here", "cell",
                          "smollm2:arithmetic:digits=1,operands=3", "gemma3:hard"}
+
+
+def test_a_runs_machine_is_named_from_its_record_and_a_move_shows_both(tmp_path):
+    from tools.ablate import machine_of
+
+    zen4 = {"cpu": "AMD EPYC", "cpu_family": "25", "cpu_model": "17", "gpu": None}
+    (tmp_path / "machine.json").write_text(json.dumps([zen4, zen4]))  # resumed on the same machine: named once
+    assert machine_of(tmp_path) == "AMD EPYC (family 25, model 17)"
+    xeon = {"cpu": "Intel(R) Xeon(R) Processor", "cpu_family": "6", "cpu_model": "143", "gpu": None}
+    (tmp_path / "machine.json").write_text(json.dumps([zen4, xeon, {**xeon, "gpu": "NVIDIA H200"}]))
+    assert machine_of(tmp_path) == "AMD EPYC (family 25, model 17) + Intel(R) Xeon(R) Processor (family 6, model 143) + NVIDIA H200"
+    (tmp_path / "machine.json").unlink()
+    assert machine_of(tmp_path) == "not recorded"  # runs from before machine.json
 
 
 def test_a_verdict_says_which_way_the_seeds_point_and_how_many_would_resolve_it():

@@ -200,7 +200,7 @@ def collect(variants: list[str], seeds: list[int], out: Path, keys: list[str]) -
                 continue
             record = out / "logs" / f"{variant}__{seed}.json"
             run |= metric_curves(run_dir, keys) | {"seed": seed, "wall_s": json.loads(record.read_text())["wall_s"]
-                                                   if record.exists() else math.nan}
+                                                   if record.exists() else math.nan, "machine": machine_of(run_dir)}
             final = in_run_sampled(run_dir, run) or load_sampled(out / "evals" / run_name(variant, seed))
             run["final_sampled"] = final
             start = load_sampled(out / "evals" / "start")
@@ -209,6 +209,17 @@ def collect(variants: list[str], seeds: list[int], out: Path, keys: list[str]) -
                 run["sampled_n"] = final["n"]
             results[variant].append(run)
     return results
+
+
+def machine_of(run_dir: Path) -> str:
+    """The CPU (or GPU) a run's wall time was measured on, from its machine.json: "AMD EPYC (family 25, model 17)";
+    the starts' machines joined with " + " where a resumed run moved; "not recorded" for runs older than the record."""
+    try:
+        starts = json.loads((run_dir / "machine.json").read_text())
+    except (OSError, ValueError):
+        return "not recorded"
+    names = [s["gpu"] or f"{s['cpu'] or 'CPU'} (family {s['cpu_family']}, model {s['cpu_model']})" for s in starts]
+    return " + ".join(dict.fromkeys(names)) or "not recorded"
 
 
 def sampled_evals(results: dict[str, list[dict]], out: Path, n: int, start: bool = True) -> list[str]:
@@ -405,10 +416,14 @@ def cells_table(args: Args, results: dict[str, dict[str, list[dict]]], names: di
                 "; ".join(verdict(results[c], best, other) for other in variants if other != best)
                 for c, (best, _) in zip(args.cells, said)) + " |")
         lines.append("")
-    lines += ["## cost", "", "| cell | runs | wall time per run (mean) | all runs |", "|---|---:|---:|---:|"]
+    lines += ["## cost", "", "Wall time per machine: the same run takes different times on different CPUs.", "",
+              "| cell | machine | runs | wall time per run (mean) | all runs |", "|---|---|---:|---:|---:|"]
     for cell in args.cells:
-        walls = [r["wall_s"] for runs in results[cell].values() for r in runs if not math.isnan(r["wall_s"])]
-        lines.append(f"| {cell} | {len(walls)} | {fmt_seconds(stats(walls)[0])} | {fmt_seconds(sum(walls))} |")
+        walls = {}
+        for r in (r for runs in results[cell].values() for r in runs if not math.isnan(r["wall_s"])):
+            walls.setdefault(r.get("machine", "not recorded"), []).append(r["wall_s"])
+        for where, w in sorted(walls.items()):
+            lines.append(f"| {cell} | {where} | {len(w)} | {fmt_seconds(stats(w)[0])} | {fmt_seconds(sum(w))} |")
     return "\n".join(lines + [""])
 
 
