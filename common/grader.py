@@ -25,9 +25,9 @@ An "answer" there is a whole math span (`$...$`, `\\(...\\)`, `\\[...\\]`, `$$..
 last side, while an equation in variables stays whole (`6x - 4y + 2z = 10`, `y = 2x + 3`) and a labelled point
 `A(0, 5)` is its coordinates; or, in plain text, a number with its sign and form (`-12`, `.5`, `1,000`,
 `12 500`, `12\\,500`, `3,75` as 3.75, `3/4`, `25%`, `3.2e5` and `1.5 \\times 10^{-3}` as powers of ten, a power
-`2^3`), an interval or pair of numbers (`[2, 5)`), a nested list (`[[1, 2], [3, 4]]`), a relation (`x > 3`, `x = 0,5`) or a
-LaTeX atom (`-\\frac34`, `2\\sqrt3`, `\\frac{9}{4}\\pi`); numbers joined by operators (+ - * × ÷ \\times \\cdot
-\\div =) are one answer, as in a span: "The answer is 3 + 4 = 7." -> 7, "The answer is 7 - 0." -> "7 - 0". Never a
+`2^3` or a whole tower `2^3^4`), an interval or pair of numbers (`[2, 5)`), a nested list (`[[1, 2], [3, 4]]`), a
+relation (`x > 3`, `x = 0,5`) or a LaTeX atom (`-\\frac34`, `2\\sqrt3`, `\\frac{9}{4}\\pi`); numbers joined by
+operators (+ - * × ÷ \\times \\cdot \\div =) are one answer, as in a span: "The answer is 3 + 4 = 7." -> 7, "The answer is 7 - 0." -> "7 - 0". Never a
 digit run cut out of a larger number or expression: `x \\ge 2` is the relation, not 2; `4th` is no number. A
 `$...$` holding prose is two money amounts, not math ("costs $2.50, so 4 boxes cost $10" -> 10). Unicode minus and
 times signs read as - and \\times.
@@ -169,7 +169,7 @@ _PLAIN = re.compile(
     rf"|(?P<pair>[\[(]\s*{_NUM}\s*,\s*{_NUM}\s*[\])])"  # an interval or a pair: [2, 5), (-1, 4)
     rf"|(?P<relation>(?<![\w\\])[a-zA-Z]\s*(?:<=|>=|<|>|≤|≥|\\[lg]eq?\b|\\neq\b|=)\s*)(?P<rhs>{_ATOM}|{_NUM})"  # x > 3
     r"|(?P<sci>(?<![\w.])\d+(?:\.\d+)?(?:[eE][+-]?\d+|\s*(?:\\times|\\cdot)\s*10\^\{?-?\d+\}?)(?!\w|\.\d))"  # 3.2e5
-    rf"|(?P<power>{_SIGN}(?<![\w.^])\d+(?:\.\d+)?\^(?:\{{-?\d+\}}|-?\d+)(?![\w^]|\.\d))"  # 2^3: not its base
+    rf"|(?P<power>{_SIGN}(?<![\w.^])\d+(?:\.\d+)?(?:\^(?:\{{[-\d^{{}}]{{1,40}}\}}|-?\d+))+(?![\w^{{]|\.\d))"  # 2^3, 2^3^4
     rf"|(?P<atom>{_ATOM})|(?P<number>{_NUM})")
 _SEPARATOR = re.compile(r"(?<=\d)(?:,\\!|\\,|,| )(?=\d{3}(?!\d))")  # thousands: 1,000  12 500  12\,500  12,\!500
 _DECIMAL_COMMA = re.compile(r"(?<=\d),(?=\d+$)")

@@ -650,5 +650,7 @@ C("plain_chain", "The answer is 8 \\div 2 = 4.", "4", True, "\\div between numbe
 C("plain_chain", "The answer is 2^3 = 8.", "8", True, "a power in plain text is one number: the chain's last side, not 2")
 C("plain_chain", "The answer is 2^3.", "8", True, "a power stays a number, as $2^{10}$ does")
 C("plain_chain", "The answer is 5 - 2^2 = 1.", "1", True, "a power inside a chain")
+C("plain_chain", "The answer is 2^3^4.", "2", False, "a power tower is one answer (refused, as towers are), not its base")
+C("plain_chain", "The answer is 2^{3^4}.", "81", False, "nor is a braced tower's exponent the answer")
 
 assert all(len(c) == 5 and isinstance(c[3], bool) for c in CASES)
