@@ -27,8 +27,9 @@ last side, while an equation in variables stays whole (`6x - 4y + 2z = 10`, `y =
 `12 500`, `12\\,500`, `3,75` as 3.75, `3/4`, `25%`, `3.2e5` and `1.5 \\times 10^{-3}` as powers of ten, a power
 `2^3` or a whole tower `2^3^4`), an interval or pair of numbers (`[2, 5)`), a nested list (`[[1, 2], [3, 4]]`), a
 relation (`x > 3`, `x = 0,5`) or a LaTeX atom (`-\\frac34`, `2\\sqrt3`, `\\frac{9}{4}\\pi`); numbers joined by
-operators (+ - * × ÷ \\times \\cdot \\div =) are one answer, as in a span: "The answer is 3 + 4 = 7." -> 7, "The answer is 7 - 0." -> "7 - 0". Never a
-digit run cut out of a larger number or expression: `x \\ge 2` is the relation, not 2; `4th` is no number. A
+operators (+ - * × ÷ \\times \\cdot \\div =) are one answer, as in a span: "The answer is 3 + 4 = 7." -> 7,
+"The answer is 7 - 0." -> "7 - 0". Never a digit run cut out of a larger number or expression:
+`x \\ge 2` is the relation, not 2; `4th` is no number. A
 `$...$` holding prose is two money amounts, not math ("costs $2.50, so 4 boxes cost $10" -> 10). Unicode minus and
 times signs read as - and \\times.
 
