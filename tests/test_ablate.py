@@ -145,7 +145,8 @@ def test_cells_run_each_setup_as_a_whole_ablation_and_tabulate_a_column_per_cell
 
     def collect(variants, seeds, out, keys):  # two seeds of each variant; cell gemma3 has no sampled eval
         model = out.name.partition("__")[0]
-        runs = lambda v: [{"final_acc": 0.3 + 0.2 * s + bonus[model][v], "wall_s": 60.0 * s, "machine": f"cpu {s}",
+        runs = lambda v: [{"final_acc": 0.3 + 0.2 * s + bonus[model][v], "wall_s": 60.0 * s, "steps_s": 40.0 * s,
+                           "machine": f"cpu {s}",
                            "rollout/adv_abs_mean": [(1, 0.5 * s), (2, 0.5 * s)],
                            **({"sampled": [(0, 0.0), (8, 0.1 + 0.1 * s + bonus[model][v])]} if model == "smollm2" else {})}
                           for s in seeds]
@@ -176,7 +177,8 @@ def test_cells_run_each_setup_as_a_whole_ablation_and_tabulate_a_column_per_cell
     # the cost per machine: 3 variants of seed 1 on "cpu 1" at 60 s, of seed 2 on "cpu 2" at 120 s
     cost = [[c.strip() for c in line.strip("|").split("|")] for line in (tmp_path / "cells.md").read_text().splitlines()
             if line.startswith("| gemma3:hard |")]
-    assert cost == [["gemma3:hard", "cpu 1", "3", "60.0 s", "3.0 min"], ["gemma3:hard", "cpu 2", "3", "2.0 min", "6.0 min"]]
+    assert cost == [["gemma3:hard", "cpu 1", "3", "60.0 s", "40.0 s", "3.0 min"],
+                    ["gemma3:hard", "cpu 2", "3", "2.0 min", "80.0 s", "6.0 min"]]
     assert set(rows) == {"variant", "lite_ppo", "group_std", "batch_mean", "the paper", "here", "cell",
                          "smollm2:arithmetic:digits=1,operands=3", "gemma3:hard"}
 
@@ -192,6 +194,16 @@ def test_a_runs_machine_is_named_from_its_record_and_a_move_shows_both(tmp_path)
     assert machine_of(tmp_path) == "AMD EPYC (family 25, model 17) + Intel(R) Xeon(R) Processor (family 6, model 143) + NVIDIA H200"
     (tmp_path / "machine.json").unlink()
     assert machine_of(tmp_path) == "not recorded"  # runs from before machine.json
+
+
+def test_a_runs_time_in_its_steps_is_the_sum_of_its_time_metrics(tmp_path):
+    from tools.ablate import steps_seconds
+
+    rows = [{"step": 0, "eval/accuracy": 0.1},  # the start's eval is no step
+            {"step": 1, "time/generation": 2.5, "time/reward": 0.25, "time/training": 4.0, "time/sync": 0.25},
+            {"step": 2, "time/generation": 1.5, "time/reward": 0.5, "time/training": 3.0, "time/sync": 0.5}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert steps_seconds(tmp_path) == 12.5
 
 
 def test_a_verdict_says_which_way_the_seeds_point_and_how_many_would_resolve_it():

@@ -200,7 +200,8 @@ def collect(variants: list[str], seeds: list[int], out: Path, keys: list[str]) -
                 continue
             record = out / "logs" / f"{variant}__{seed}.json"
             run |= metric_curves(run_dir, keys) | {"seed": seed, "wall_s": json.loads(record.read_text())["wall_s"]
-                                                   if record.exists() else math.nan, "machine": machine_of(run_dir)}
+                                                   if record.exists() else math.nan, "machine": machine_of(run_dir),
+                                                   "steps_s": steps_seconds(run_dir)}
             final = in_run_sampled(run_dir, run) or load_sampled(out / "evals" / run_name(variant, seed))
             run["final_sampled"] = final
             start = load_sampled(out / "evals" / "start")
@@ -209,6 +210,12 @@ def collect(variants: list[str], seeds: list[int], out: Path, keys: list[str]) -
                 run["sampled_n"] = final["n"]
             results[variant].append(run)
     return results
+
+
+def steps_seconds(run_dir: Path) -> float:
+    """The seconds a run spent in its steps (rollout, reward, update, weight sync: its time/* metrics); the rest of
+    its wall time is its start, held-out evals and checkpoints."""
+    return sum(v for r in read_jsonl(run_dir / "metrics.jsonl") for k, v in r.items() if k.startswith("time/"))
 
 
 def machine_of(run_dir: Path) -> str:
@@ -417,13 +424,16 @@ def cells_table(args: Args, results: dict[str, dict[str, list[dict]]], names: di
                 for c, (best, _) in zip(args.cells, said)) + " |")
         lines.append("")
     lines += ["## cost", "", "Wall time per machine: the same run takes different times on different CPUs.", "",
-              "| cell | machine | runs | wall time per run (mean) | all runs |", "|---|---|---:|---:|---:|"]
+              "| cell | machine | runs | wall time per run (mean) | of it in the steps | all runs |",
+              "|---|---|---:|---:|---:|---:|"]
     for cell in args.cells:
-        walls = {}
+        by_machine = {}
         for r in (r for runs in results[cell].values() for r in runs if not math.isnan(r["wall_s"])):
-            walls.setdefault(r.get("machine", "not recorded"), []).append(r["wall_s"])
-        for where, w in sorted(walls.items()):
-            lines.append(f"| {cell} | {where} | {len(w)} | {fmt_seconds(stats(w)[0])} | {fmt_seconds(sum(w))} |")
+            by_machine.setdefault(r.get("machine", "not recorded"), []).append(r)
+        for where, runs in sorted(by_machine.items()):
+            wall = [r["wall_s"] for r in runs]
+            lines.append(f"| {cell} | {where} | {len(runs)} | {fmt_seconds(stats(wall)[0])} | "
+                         f"{fmt_seconds(stats([r.get('steps_s', math.nan) for r in runs])[0])} | {fmt_seconds(sum(wall))} |")
     return "\n".join(lines + [""])
 
 
