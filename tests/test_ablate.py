@@ -167,19 +167,23 @@ def test_cells_run_each_setup_as_a_whole_ablation_and_tabulate_a_column_per_cell
     rows = table_rows((tmp_path / "cells.md").read_text())
     # smollm2: avg@N of seeds 1, 2 = 0.5, 0.6 (lite_ppo), 0.2, 0.3 (group_std), 0.25, 0.35 (batch_mean);
     # gemma3 (no sampled eval): greedy 0.6, 0.8 / 0.5, 0.7 / 0.55, 0.75; adv_abs_mean 0.5, 1.0 everywhere
-    assert rows["lite_ppo"][1:] == ["0.550 ± 0.050 (rollout/adv_abs_mean 0.750 ± 0.250)",
-                                    "0.700 ± 0.100 (rollout/adv_abs_mean 0.750 ± 0.250)"]
-    assert rows["batch_mean"][1] == "0.300 ± 0.050 (rollout/adv_abs_mean 0.750 ± 0.250)"
+    # then the greedy finals: 0.8, 1.0 (lite_ppo), 0.55, 0.75 (batch_mean)
+    assert rows["lite_ppo"][1:] == ["0.550 ± 0.050; greedy 0.900 ± 0.100 (rollout/adv_abs_mean 0.750 ± 0.250)",
+                                    "0.700 ± 0.100; greedy 0.700 ± 0.100 (rollout/adv_abs_mean 0.750 ± 0.250)"]
+    assert rows["batch_mean"][1] == "0.300 ± 0.050; greedy 0.650 ± 0.100 (rollout/adv_abs_mean 0.750 ± 0.250)"
     assert rows["the paper"][1].endswith("(expects lite_ppo)")
     # smollm2's ranges are apart; gemma3's overlap: 4 (0.02 + 0.02) / 0.1^2 = 16 seeds, / 0.05^2 = 64 seeds
     assert rows["here"][1:] == ["vs group_std: agreed (+0.300, resolved); vs batch_mean: agreed (+0.250, resolved)",
                                 "vs group_std: unresolved (+0.100; ~16 seeds); vs batch_mean: unresolved (+0.050; ~64 seeds)"]
+    # greedy: smollm2's 0.8, 1.0 are above 0.5, 0.7 and 0.55, 0.75; gemma3's greedy is its only measure
+    assert rows["here, greedy"][1:] == ["vs group_std: agreed (+0.300, resolved); vs batch_mean: agreed (+0.250, resolved)",
+                                        rows["here"][2]]
     # the cost per machine: 3 variants of seed 1 on "cpu 1" at 60 s, of seed 2 on "cpu 2" at 120 s
     cost = [[c.strip() for c in line.strip("|").split("|")] for line in (tmp_path / "cells.md").read_text().splitlines()
             if line.startswith("| gemma3:hard |")]
     assert cost == [["gemma3:hard", "cpu 1", "3", "60.0 s", "40.0 s", "3.0 min"],
                     ["gemma3:hard", "cpu 2", "3", "2.0 min", "80.0 s", "6.0 min"]]
-    assert set(rows) == {"variant", "lite_ppo", "group_std", "batch_mean", "the paper", "here", "cell",
+    assert set(rows) == {"variant", "lite_ppo", "group_std", "batch_mean", "the paper", "here", "here, greedy", "cell",
                          "smollm2:arithmetic:digits=1,operands=3", "gemma3:hard"}
 
 

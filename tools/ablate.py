@@ -398,11 +398,12 @@ def run_cells(args: Args, extra: list[str]) -> int:
 
 def cells_table(args: Args, results: dict[str, dict[str, list[dict]]], names: dict[str, str]) -> str:
     """Per technique: a row per variant, a column per cell, the final avg@N (mean ± half range over seeds; the
-    final greedy accuracy where a cell has no sampled eval), then the technique's first mechanism metric; under
-    them the paper's prediction for the cell's model type and the verdict of these runs."""
+    final greedy accuracy where a cell has no sampled eval), the final greedy accuracy, then the technique's first
+    mechanism metric; under them the paper's prediction for the cell's model type and the verdict of these runs
+    on each of the two measures."""
     lines = [f"# The paper's techniques per setup (cells: {', '.join(args.cells)})", "",
-             "Final held-out avg@N (greedy accuracy where no sampled eval ran), mean ± half the range over seeds; "
-             "each cell's folder has its ablation.md and figures. A verdict is resolved when the seeds' ranges of "
+             "Final held-out avg@N (greedy accuracy where no sampled eval ran), then the final greedy accuracy, "
+             "mean ± half the range over seeds; each cell's folder has its ablation.md and figures. A verdict is resolved when the seeds' ranges of "
              "the two variants do not overlap; otherwise it gives the seeds that would put the gap at two standard "
              "errors (4 (s_a² + s_b²) / gap², s: the std over seeds).", ""]
     for technique in args.techniques:
@@ -414,14 +415,16 @@ def cells_table(args: Args, results: dict[str, dict[str, list[dict]]], names: di
             for cell in args.cells:
                 runs = results[cell].get(variant, [])
                 metric = [mean_over_steps(r, keys[0]) for r in runs]
-                cells.append(f"{fmt_pm(finals(runs))} ({keys[0]} {fmt_pm(metric)})" if runs else "—")
+                cells.append(f"{fmt_pm(finals(runs))}; greedy {fmt_pm(greedy(runs))} ({keys[0]} {fmt_pm(metric)})"
+                             if runs else "—")
             lines.append(f"| {variant} | " + " | ".join(cells) + " |")
         if technique in PREDICTIONS:
             said = [PREDICTIONS[technique][MODELS[c.partition(":")[0]][0]] for c in args.cells]
             lines.append("| the paper | " + " | ".join(f"{text} (expects {best})" for best, text in said) + " |")
-            lines.append("| here | " + " | ".join(
-                "; ".join(verdict(results[c], best, other) for other in variants if other != best)
-                for c, (best, _) in zip(args.cells, said)) + " |")
+            for label, measure in (("here", finals), ("here, greedy", greedy)):
+                lines.append(f"| {label} | " + " | ".join(
+                    "; ".join(verdict(results[c], best, other, measure) for other in variants if other != best)
+                    for c, (best, _) in zip(args.cells, said)) + " |")
         lines.append("")
     lines += ["## cost", "", "Wall time per machine: the same run takes different times on different CPUs.", "",
               "| cell | machine | runs | wall time per run (mean) | of it in the steps | all runs |",
@@ -442,10 +445,15 @@ def finals(runs: list[dict]) -> list[float]:
     return [r["sampled"][1][1] if "sampled" in r else r["final_acc"] for r in runs]
 
 
-def verdict(results: dict[str, list[dict]], expected: str, other: str) -> str:
-    """Whether `expected` ended above `other`: agreed or contradicted where the seeds' ranges do not overlap,
-    else unresolved with the seeds that would resolve the gap at two standard errors."""
-    a, b = finals(results.get(expected, [])), finals(results.get(other, []))
+def greedy(runs: list[dict]) -> list[float]:
+    """Each run's final greedy accuracy on the held-out problems."""
+    return [r["final_acc"] for r in runs]
+
+
+def verdict(results: dict[str, list[dict]], expected: str, other: str, measure=finals) -> str:
+    """Whether `expected` ended above `other` by `measure` (finals: avg@N): agreed or contradicted where the seeds'
+    ranges do not overlap, else unresolved with the seeds that would resolve the gap at two standard errors."""
+    a, b = measure(results.get(expected, [])), measure(results.get(other, []))
     if len(a) < 2 or len(b) < 2:
         return f"vs {other}: unresolved (fewer than 2 seeds)"
     gap = sum(a) / len(a) - sum(b) / len(b)
