@@ -96,6 +96,7 @@ PREDICTIONS = {  # technique: {model type: (the variant the paper expects to do 
 # A study's cells run over sessions on different machines, and `auto` is bf16 where it is faster (an AMD Zen 4 here)
 # and fp32 elsewhere (an Intel Xeon here): pinned, so every run of the study computes alike (docs/performance.md)
 CELL_PRECISION = ["--precision", "fp32"]
+RESOLVING_SEEDS = 3  # the seeds per variant a verdict needs: with no effect, 3 and 3 part by chance 2 times in 20
 TIERS = {  # difficulty: an arithmetic spec, ordered by both models' measured start avg@N (docs/evidence.md, "setups")
     "easy": "arithmetic:digits=1,operands=3",  # 392 held-out problems; SmolLM2 0.083, Gemma 0.061
     "medium": "arithmetic:digits=1,operands=3,ops=+,test=0.25",  # 240; SmolLM2 0.039 (80% truncated at 96 tokens)
@@ -403,8 +404,10 @@ def cells_table(args: Args, results: dict[str, dict[str, list[dict]]], names: di
     on each of the two measures."""
     lines = [f"# The paper's techniques per setup (cells: {', '.join(args.cells)})", "",
              "Final held-out avg@N (greedy accuracy where no sampled eval ran), then the final greedy accuracy, "
-             "mean ± half the range over seeds; each cell's folder has its ablation.md and figures. A verdict is resolved when the seeds' ranges of "
-             "the two variants do not overlap; otherwise it gives the seeds that would put the gap at two standard "
+             "mean ± half the range over seeds; each cell's folder has its ablation.md and figures. A verdict is "
+             f"resolved when each variant has {RESOLVING_SEEDS} or more seeds and the two variants' ranges do not "
+             "overlap (with no effect, 3 seeds against 3 part by chance 10% of the time, 2 against 2 a third of the "
+             "time); otherwise it gives the seeds that would put the gap at two standard "
              "errors (4 (s_a² + s_b²) / gap², s: the std over seeds).", ""]
     for technique in args.techniques:
         title, variants, keys = TECHNIQUES[technique]
@@ -458,6 +461,9 @@ def verdict(results: dict[str, list[dict]], expected: str, other: str, measure=f
         return f"vs {other}: unresolved (fewer than 2 seeds)"
     gap = sum(a) / len(a) - sum(b) / len(b)
     if min(a) > max(b) or max(a) < min(b):
+        if min(len(a), len(b)) < RESOLVING_SEEDS:  # 2 seeds each part by chance 1 time in 3
+            return f"vs {other}: unresolved ({gap:+.3f}; apart on {min(len(a), len(b))} seeds, a verdict needs " \
+                   f"{RESOLVING_SEEDS})"
         return f"vs {other}: {'agreed' if gap > 0 else 'contradicted'} ({gap:+.3f}, resolved)"
     var = sum(statistics.variance(x) for x in (a, b))
     if not gap:
