@@ -267,3 +267,16 @@ def test_a_run_that_sampled_its_own_avg_is_not_evaluated_again_and_one_without_i
     assert jobs == ["sampled eval of start model", "sampled eval of lite_ppo seed 2"]
     results = tool.collect(["lite_ppo"], [1, 2], tmp_path, [])
     assert [r["sampled"] for r in results["lite_ppo"]] == [[(0, 0.125), (2, 0.25)], [(0, 0.125), (2, 0.5)]]
+
+
+def test_equal_seeds_draw_an_error_bar_of_zero_not_a_negative_one(tmp_path):
+    from tools.ablate import plot_technique
+    from tools.compare import curve
+
+    # three seeds that start at the same avg@2: the float mean of 3 x 0.045 is 0.045000000000000005, above the max
+    runs = [{"args": {"model": "m", "dataset": "d", "prompts_per_step": 4, "group_size": 2}, "acc": [(0, 0.1), (8, a)],
+             "rollout/adv_abs_mean": [(1, 0.5)], "sampled": [(0, 0.045), (8, a)], "sampled_n": 2} for a in (0.2, 0.3, 0.4)]
+    steps, mean, lo, hi = curve(runs, "sampled")
+    assert steps == [0, 8] and lo[0] <= mean[0] <= hi[0] == 0.045 and mean[1] == pytest.approx(0.3)
+    plot_technique("normalization", {"lite_ppo": runs}, tmp_path / "n.png")  # raised ValueError: negative yerr
+    assert (tmp_path / "n.png").read_bytes().startswith(PNG_MAGIC)

@@ -259,8 +259,11 @@ def curve(runs: list[dict], key: str) -> tuple[list[int], list[float], list[floa
             if value is not None and not math.isnan(value):
                 by_step.setdefault(step, []).append(value)
     steps = sorted(by_step)
-    return (steps, [sum(by_step[s]) / len(by_step[s]) for s in steps], [min(by_step[s]) for s in steps],
-            [max(by_step[s]) for s in steps])
+    lo, hi = [min(by_step[s]) for s in steps], [max(by_step[s]) for s in steps]
+    # clamped: the float mean of equal values can lie outside them (3 x 0.045 -> 0.045000000000000005), and an
+    # error bar from it would be negative
+    mean = [min(max(sum(by_step[s]) / len(by_step[s]), a), b) for s, a, b in zip(steps, lo, hi)]
+    return steps, mean, lo, hi
 
 
 def describe(run_args: dict) -> str:
