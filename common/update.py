@@ -113,7 +113,10 @@ def micro_batches(batch: dict[str, torch.Tensor], token_budget: int, skip: torch
 
 def micro_batch_rows(lengths: torch.Tensor, token_budget: int, prompt_lens: torch.Tensor | None = None,
                      group: torch.Tensor | None = None) -> list[torch.Tensor]:
-    """Row indices of `micro_batches`, from row lengths [N] (and, to keep prompts together, prompt_lens and group [N])."""
+    """Row indices of `micro_batches`, from row lengths [N] (and, to keep prompts together, prompt_lens and group [N]).
+
+    A plan, made on the CPU wherever the batch lies: its many scalar reads would each wait for a GPU."""
+    lengths, prompt_lens, group = (None if t is None else t.cpu() for t in (lengths, prompt_lens, group))
     by_length = _fill(torch.argsort(lengths, descending=True).tolist(), lengths, token_budget)
     if group is None or not len(group):
         return by_length
