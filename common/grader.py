@@ -504,7 +504,7 @@ _COMPUTATION = re.compile(r"\d[\s)}]*(?:[-+*×÷]|\\times|\\cdot|\\div)(?!\s*10\
 
 
 def is_undone_computation(pred: str, gold: str) -> bool:
-    """An answer that restates a computation instead of its value, where the gold is a number: "3 + 4 + 5" for 12.
+    r"""An answer that restates a computation instead of its value, where the gold is a number: "3 + 4 + 5" for 12.
     math-verify evaluates such an answer and calls it equal; on a task whose question is that computation (the
     built-in arithmetic tasks) a model then earns the reward by copying the question into a box, which a base model
     found in 16 steps (docs/grading.md). A power, a fraction and a power of ten stay numbers: 2^{10}, 6/2, 3 \cdot
