@@ -63,7 +63,7 @@ def test_freed_memory_is_kept_for_the_next_step_unless_the_user_chose_malloc_set
     def run(mode, **env):
         inherited = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "LD_PRELOAD")}
         out = subprocess.run([sys.executable, "-c", RETURNED, mode], cwd=ROOT, capture_output=True, text=True,
-                             timeout=120, env={**inherited, **env})
+                             timeout=120, env={**inherited, "CUDA_VISIBLE_DEVICES": "", **env})  # a CPU run's malloc
         said, returned = out.stdout.strip().splitlines()
         return said.split("|"), int(returned)
     pages = 64 * 2**20 * 4 // resource.getpagesize()

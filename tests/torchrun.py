@@ -21,7 +21,8 @@ def free_port() -> int:
 
 def torchrun(script: str, *args: str, log_dir: Path, timeout: int = 300, nproc: int = 2) -> subprocess.CompletedProcess:
     # the repository, then what the caller put on PYTHONPATH (a fork's scratch copy: tests/test_forks.py)
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
+    # CUDA hidden: gloo processes on the CPU, also on a machine with fewer GPUs than processes
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
            str(free_port()), "--log-dir", str(log_dir), "--redirects", "3", str(ROOT / "tests" / script), *args]
