@@ -3,6 +3,8 @@ tokens/s per phase and the update's model-FLOPs utilization (MFU).
 
     python benchmarks/gpu_check.py                      # on a GPU: tests, 5 steps --backend hf, 5 steps --backend vllm
     python benchmarks/gpu_check.py --short --model DIR  # a CPU-sized version (the tests run it on a tiny model)
+    python benchmarks/gpu_check.py --short -- --prompts-per-step 64 --max-new-tokens 256   # a larger batch:
+                                                        # everything after `--` goes to lite_ppo.py as it is
 
 What it runs, each step printed as it goes and a table at the end:
   1. `pytest tests` (full mode only): the suite, on whatever device torch finds;
@@ -68,13 +70,14 @@ def model_flops_per_step(run_dir: Path) -> list[float]:
     return flops
 
 
-def run_script(backend: str, model: str, dataset: str, steps: int, out: Path) -> dict:
+def run_script(backend: str, model: str, dataset: str, steps: int, out: Path, extra: list[str]) -> dict:
     cmd = [sys.executable, str(ROOT / "lite_ppo.py"), "--model", model, "--dataset", dataset, "--backend", backend,
            "--total-steps", str(steps),
            "--output-dir", str(out), "--run-name", backend, "--eval-size", "8", "--eval-every", str(10**6),
-           "--save-every", str(10**6)]
+           "--save-every", str(10**6), *extra]
     start = time.perf_counter()
     result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    (out / f"{backend}.log").write_text(result.stdout + result.stderr)  # the whole output, for a failure's cause
     if result.returncode != 0:
         return {"backend": backend, "error": result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "failed"}
     run_dir = out / backend
@@ -104,7 +107,9 @@ def main() -> None:
     parser.add_argument("--short", action="store_true", help="skip the test suite and vLLM; for a CPU and a tiny model")
     parser.add_argument("--peak-tflops", type=float, default=None, help="the device's peak bf16 TFLOP/s (default: by name)")
     parser.add_argument("--out", default=str(ROOT / "results" / "gpu_check"))
-    args = parser.parse_args()
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args, extra = parser.parse_args(argv[:cut]), argv[cut + 1:]  # extra: lite_ppo.py's own flags, passed on
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     device, peak = device_and_peak(args.peak_tflops)
@@ -116,7 +121,7 @@ def main() -> None:
     rows = []
     for backend in backends:
         print(f"[gpu_check] lite_ppo.py --backend {backend}, {args.steps} steps ...", flush=True)
-        rows.append(run_script(backend, args.model, args.dataset, args.steps, out))
+        rows.append(run_script(backend, args.model, args.dataset, args.steps, out, extra))
     print("\n| backend | steps | generation s | reward s | update s | sync s | tok/s | update TFLOP/s | MFU | final accuracy "
           "| sampler \\|diff\\| | sampler KL | largest ratio |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -129,7 +134,8 @@ def main() -> None:
               f"{r['sync']:.2f} | {r['tok_per_s']:.1f} | {r['update_tflops']:.4f} | {mfu} | {r['final_accuracy']:.3f} | "
               f"{r['sampler_abs_diff']:.2e} | {r['sampler_kl']:.2e} | {r['sampler_ratio_max']:.3f} |")
         print(f"[gpu_check] {r['backend']}: {r['precision']}")
-    (out / "gpu_check.json").write_text(json.dumps({"device": device, "peak_tflops": peak, "runs": rows}, indent=2))
+    (out / "gpu_check.json").write_text(json.dumps({"device": device, "peak_tflops": peak, "script_args": extra,
+                                                    "runs": rows}, indent=2))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from common.precision import resolve_precision, untimed
 
@@ -18,11 +19,14 @@ def test_gpu_check_short_mode_reports_phases_and_mfu(tiny_model_path, tiny_math_
     # tiny_math_data: problems the tiny model sometimes solves, so some rows learn and the mismatch is measured
     cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--short", "--model", tiny_model_path,
            "--dataset", tiny_math_data, "--steps", "2",
-           "--peak-tflops", "0.1", "--out", str(tmp_path)]
+           "--peak-tflops", "0.1", "--out", str(tmp_path), "--", "--max-grad-norm", "0.5"]
     result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert report["device"] == "cpu" and report["peak_tflops"] == 0.1
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    assert report["device"] == device and report["peak_tflops"] == 0.1
+    assert report["script_args"] == ["--max-grad-norm", "0.5"]  # what follows `--` reaches lite_ppo.py as it is
+    assert json.loads((tmp_path / "hf" / "args.json").read_text())["max_grad_norm"] == 0.5
     (run,) = report["runs"]
     assert run["backend"] == "hf" and run["steps"] == 2
     for key in ("generation", "training", "tok_per_s", "update_tflops"):
