@@ -14,6 +14,7 @@ from accelerate import Accelerator
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from common.run import save_checkpoint
+from tests.torchrun import leave_together
 
 
 @dataclass
@@ -31,3 +32,4 @@ if __name__ == "__main__":
         torch.save = lambda *a, **k: (time.sleep(2), save(*a, **k))[1]
     args = Args()  # save_checkpoint writes dataclasses.asdict(args) into meta.json
     save_checkpoint(accelerator, run_dir, 1, model, AutoTokenizer.from_pretrained(model_dir), args, keep=1)
+    leave_together()

@@ -19,7 +19,6 @@ completions; the plain path: one call of the whole micro-batch), the loss, and t
 parameters by Hugging Face name (`common.model.full_weights`: DTensor.full_tensor() under FSDP2).
 """
 
-import os
 import sys
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from common.heads import LogprobModel  # noqa: E402
 from common.model import full_weights, sharding  # noqa: E402
 from common.update import make_batch, select  # noqa: E402
 from tests.test_update import COMPLETIONS, PROMPTS, tiny_lm  # noqa: E402
+from tests.torchrun import leave_together  # noqa: E402
 
 
 def main(mode: str, out: str) -> None:
@@ -89,10 +89,4 @@ def main(mode: str, out: str) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2])
-    # Leave together, then exit without tearing down: on a 2-core AMD Zen 2 (2026-12-04) one rank in about five
-    # aborted at shutdown after FSDP2's step ("terminate called without an active exception"), with the barrier and
-    # destroy_process_group of tests/step_equivalence.py. Rank 0 saved its result before the barrier.
-    torch.distributed.barrier()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    leave_together()  # rank 0 saved its result before

@@ -10,9 +10,11 @@ from types import SimpleNamespace
 
 from common.precision import Precision
 from common.run import make_accelerator
+from tests.torchrun import leave_together
 
 if __name__ == "__main__":
     *names, output_dir = sys.argv[1:]
     precision = Precision(names[int(os.environ["RANK"])], "given by the test")
     args = SimpleNamespace(precision="auto", track="none", output_dir=output_dir, prompts_per_step=8)
     make_accelerator(args, precision)
+    leave_together()

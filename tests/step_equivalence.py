@@ -30,6 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common.generation import Completion  # noqa: E402
+from tests.torchrun import leave_together  # noqa: E402
 from tools.lineage import ancestors  # noqa: E402
 
 MAX_NEW_TOKENS = 10
@@ -168,8 +169,4 @@ def run_step(algo: str, model_dir: str, out_dir: str, *flags: str) -> tuple[dict
 
 if __name__ == "__main__":
     run_step(sys.argv[1], sys.argv[2], sys.argv[3], *sys.argv[4:])
-    # Leave together and shut gloo down before interpreter exit: a rank that exited with gloo's threads alive
-    # aborted once ("terminate called without an active exception"), failing the test.
-    if torch.distributed.is_initialized():
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
+    leave_together()
