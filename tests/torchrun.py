@@ -25,8 +25,8 @@ def leave_together() -> None:
 
     A process that exits through the interpreter with gloo's threads alive, or even after destroy_process_group,
     sometimes aborts in C++ destructors after its work is done ("terminate called without an active exception",
-    SIGABRT): one rank in about five after FSDP2's step (a 2-core Zen 2), and once each in the step-equivalence
-    and precision-agreement scripts (a Zen 4 CI run, 2026-12-04). Every result is written before this call.
+    SIGABRT): one rank in about five after FSDP2's step (a 2-core Zen 2), once in the step-equivalence script, and
+    once in the precision-agreement script (a Zen 4 CI run, 2026-12-04). Every result is written before this call.
     """
     import torch.distributed
 
