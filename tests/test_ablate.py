@@ -20,6 +20,13 @@ def ablate(out: Path, *flags: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
+def record(out: Path, variant: str, seed: int, returncode: int = 0) -> None:
+    """What run_variant writes once a run's process has exited: until then the run does not count."""
+    (out / "logs").mkdir(exist_ok=True)
+    (out / "logs" / f"{variant}__{seed}.json").write_text(json.dumps({"variant": variant, "seed": seed, "flags": [],
+                                                                        "returncode": returncode, "wall_s": 60.0}))
+
+
 @pytest.mark.heavy
 def test_a_technique_runs_its_variants_with_their_switches_then_reuses_them(tiny_model_path, tiny_math_data, tmp_path):
     cmd = ["--techniques", "clip_higher", "--seeds", "1", "--final-samples", "2", "--",
@@ -87,6 +94,7 @@ def test_tables_and_figures_from_runs_on_disk(tmp_path):
         rows += [{"step": s, "rollout/response_len_mean": 10.0, "rollout/truncated_frac": trunc[s - 1]} for s in (1, 2)]
         rows += [{"step": 2, "eval/accuracy": accs[1]}]
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        record(tmp_path, variant, seed)
     result = ablate(tmp_path, "--plot-only", "--techniques", "overlong_filter", "--seeds", "1", "2")
     assert result.returncode == 0, result.stdout + result.stderr
     rows = table_rows((tmp_path / "ablation.md").read_text())
@@ -252,7 +260,7 @@ def test_a_run_that_sampled_its_own_avg_is_not_evaluated_again_and_one_without_i
         rows = [{"step": 0, "eval/accuracy": 0.1}, {"step": 2, "rollout/response_len_mean": 5.0},
                 {"step": 2, "eval/accuracy": 0.2}] + ([{"step": 2, "eval_sampled/accuracy": in_run}] if in_run else [])
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "logs").mkdir()
+        record(tmp_path, "lite_ppo", seed)
     jobs = []
 
     def fake_eval(cmd, eval_dir, log, what):  # what eval.py would write: avg 0.5 for the checkpoint, 0.125 the start
@@ -280,3 +288,24 @@ def test_equal_seeds_draw_an_error_bar_of_zero_not_a_negative_one(tmp_path):
     assert steps == [0, 8] and lo[0] <= mean[0] <= hi[0] == 0.045 and mean[1] == pytest.approx(0.3)
     plot_technique("normalization", {"lite_ppo": runs}, tmp_path / "n.png")  # raised ValueError: negative yerr
     assert (tmp_path / "n.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_a_run_counts_only_once_its_process_has_exited_with_status_zero(tmp_path):
+    """A run still going has its final greedy eval but not yet the avg@2 sampled after it: tabulated then, it would
+    stand at its greedy accuracy in the avg@N column. It counts once its record says it exited with status 0."""
+    from tools import ablate as tool
+
+    run = tmp_path / "runs" / "ablate__lite_ppo__1"
+    run.mkdir(parents=True)
+    (run / "args.json").write_text(json.dumps({"total_steps": 2, "eval_samples": 2}))
+    rows = [{"step": 0, "eval/accuracy": 0.1}, {"step": 2, "rollout/response_len_mean": 5.0},
+            {"step": 2, "eval/accuracy": 0.4}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert tool.collect(["lite_ppo"], [1], tmp_path, []) == {"lite_ppo": []}  # sampling its avg@2: no record yet
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"step": 2, "eval_sampled/accuracy": 0.25}) + "\n")
+    record(tmp_path, "lite_ppo", 1, returncode=1)  # it then failed (e.g. saving its checkpoint)
+    assert tool.collect(["lite_ppo"], [1], tmp_path, []) == {"lite_ppo": []}
+    record(tmp_path, "lite_ppo", 1)
+    [counted] = tool.collect(["lite_ppo"], [1], tmp_path, [])["lite_ppo"]
+    assert (counted["final_acc"], counted["final_sampled"]["avg"], counted["wall_s"]) == (0.4, 0.25, 60.0)

@@ -191,18 +191,20 @@ def in_run_sampled(run_dir: Path, run: dict) -> dict | None:
 
 
 def collect(variants: list[str], seeds: list[int], out: Path, keys: list[str]) -> dict[str, list[dict]]:
-    """The finished runs of each variant: compare.load_run's curves, the mechanism metrics, wall time, seed."""
+    """The finished runs of each variant: compare.load_run's curves, the mechanism metrics, wall time, seed. A run
+    counts once run_variant has written its record with exit status 0: before that, one still running has its final
+    greedy eval but not yet the avg@N sampled after it, and would be tabulated by its greedy accuracy."""
     results = {}
     for variant in variants:
         results[variant] = []
         for seed in seeds:
-            run_dir = out / "runs" / run_name(variant, seed)
+            run_dir, record = out / "runs" / run_name(variant, seed), out / "logs" / f"{variant}__{seed}.json"
+            if not record.exists() or json.loads(record.read_text()).get("returncode") != 0:
+                continue
             if (run := load_run(run_dir)) is None:
                 continue
-            record = out / "logs" / f"{variant}__{seed}.json"
-            run |= metric_curves(run_dir, keys) | {"seed": seed, "wall_s": json.loads(record.read_text())["wall_s"]
-                                                   if record.exists() else math.nan, "machine": machine_of(run_dir),
-                                                   "steps_s": steps_seconds(run_dir)}
+            run |= metric_curves(run_dir, keys) | {"seed": seed, "wall_s": json.loads(record.read_text())["wall_s"],
+                                                   "machine": machine_of(run_dir), "steps_s": steps_seconds(run_dir)}
             final = in_run_sampled(run_dir, run) or load_sampled(out / "evals" / run_name(variant, seed))
             run["final_sampled"] = final
             start = load_sampled(out / "evals" / "start")
@@ -434,7 +436,7 @@ def cells_table(args: Args, results: dict[str, dict[str, list[dict]]], names: di
               "|---|---|---:|---:|---:|---:|"]
     for cell in args.cells:
         by_machine = {}
-        for r in (r for runs in results[cell].values() for r in runs if not math.isnan(r["wall_s"])):
+        for r in (r for runs in results[cell].values() for r in runs):
             by_machine.setdefault(r.get("machine", "not recorded"), []).append(r)
         for where, runs in sorted(by_machine.items()):
             wall = [r["wall_s"] for r in runs]
