@@ -153,6 +153,12 @@ def metric_curves(run_dir: Path, keys: list[str]) -> dict[str, list[tuple[int, f
     return {k: [(r["step"], r[k]) for r in rows if r.get(k) is not None] for k in keys}
 
 
+def record_of(out: Path, variant: str, seed: int) -> dict:
+    """What run_variant wrote once the run's process had exited (flags, returncode, wall_s), or {} before that."""
+    path = out / "logs" / f"{variant}__{seed}.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
 def run_variant(variant: str, seed: int, flags: list[str], out: Path, skip_existing: bool,
                 eval_samples: int = 0) -> str | None:
     """Run (or reuse) one variant and seed, with its final avg@eval_samples computed in the run (lite_ppo.py
@@ -160,11 +166,10 @@ def run_variant(variant: str, seed: int, flags: list[str], out: Path, skip_exist
     is reused whatever its eval_samples: a run without them is evaluated by eval.py instead (sampled_evals)."""
     run_dir, record, log = out / "runs" / run_name(variant, seed), out / "logs" / f"{variant}__{seed}.json", \
         out / "logs" / f"{variant}__{seed}.log"
-    if skip_existing and record.exists() and load_run(run_dir) is not None:
-        previous = json.loads(record.read_text())
-        if previous.get("flags") == flags and previous.get("returncode") == 0:
-            print(f"[ablate] {variant} seed {seed}: finished run reused ({run_dir})", flush=True)
-            return None
+    previous = record_of(out, variant, seed) if skip_existing else {}
+    if previous.get("flags") == flags and previous.get("returncode") == 0 and load_run(run_dir) is not None:
+        print(f"[ablate] {variant} seed {seed}: finished run reused ({run_dir})", flush=True)
+        return None
     shutil.rmtree(run_dir, ignore_errors=True)  # the script refuses a run name that holds a run
     shutil.rmtree(out / "evals" / run_name(variant, seed), ignore_errors=True)
     cmd = [sys.executable, str(ROOT / "lite_ppo.py"), "--seed", str(seed), "--run-name", run_name(variant, seed),
@@ -194,20 +199,17 @@ def collect(variants: list[str], seeds: list[int], out: Path, keys: list[str]) -
     """The finished runs of each variant: compare.load_run's curves, the mechanism metrics, wall time, seed. A run
     counts once run_variant has written its record with exit status 0: before that, one still running has its final
     greedy eval but not yet the avg@N sampled after it, and would be tabulated by its greedy accuracy."""
-    results = {}
+    results, start = {}, load_sampled(out / "evals" / "start")
     for variant in variants:
         results[variant] = []
         for seed in seeds:
-            run_dir, record = out / "runs" / run_name(variant, seed), out / "logs" / f"{variant}__{seed}.json"
-            if not record.exists() or json.loads(record.read_text()).get("returncode") != 0:
+            run_dir, record = out / "runs" / run_name(variant, seed), record_of(out, variant, seed)
+            if record.get("returncode") != 0 or (run := load_run(run_dir)) is None:
                 continue
-            if (run := load_run(run_dir)) is None:
-                continue
-            run |= metric_curves(run_dir, keys) | {"seed": seed, "wall_s": json.loads(record.read_text())["wall_s"],
+            run |= metric_curves(run_dir, keys) | {"seed": seed, "wall_s": record["wall_s"],
                                                    "machine": machine_of(run_dir), "steps_s": steps_seconds(run_dir)}
             final = in_run_sampled(run_dir, run) or load_sampled(out / "evals" / run_name(variant, seed))
             run["final_sampled"] = final
-            start = load_sampled(out / "evals" / "start")
             if final and start and final["n"] == start["n"]:
                 run["sampled"] = [(min(s for s, _ in run["acc"]), start["avg"]), (run["args"]["total_steps"], final["avg"])]
                 run["sampled_n"] = final["n"]
