@@ -153,9 +153,14 @@ def metric_curves(run_dir: Path, keys: list[str]) -> dict[str, list[tuple[int, f
     return {k: [(r["step"], r[k]) for r in rows if r.get(k) is not None] for k in keys}
 
 
+def record_path(out: Path, variant: str, seed: int) -> Path:
+    """Where run_variant writes a run's record once its process has exited."""
+    return out / "logs" / f"{variant}__{seed}.json"
+
+
 def record_of(out: Path, variant: str, seed: int) -> dict:
     """What run_variant wrote once the run's process had exited (flags, returncode, wall_s), or {} before that."""
-    path = out / "logs" / f"{variant}__{seed}.json"
+    path = record_path(out, variant, seed)
     return json.loads(path.read_text()) if path.exists() else {}
 
 
@@ -164,7 +169,7 @@ def run_variant(variant: str, seed: int, flags: list[str], out: Path, skip_exist
     """Run (or reuse) one variant and seed, with its final avg@eval_samples computed in the run (lite_ppo.py
     --eval-samples, on the engine that is up); None, or why it failed. A finished run with the same variant flags
     is reused whatever its eval_samples: a run without them is evaluated by eval.py instead (sampled_evals)."""
-    run_dir, record, log = out / "runs" / run_name(variant, seed), out / "logs" / f"{variant}__{seed}.json", \
+    run_dir, record, log = out / "runs" / run_name(variant, seed), record_path(out, variant, seed), \
         out / "logs" / f"{variant}__{seed}.log"
     previous = record_of(out, variant, seed) if skip_existing else {}
     if previous.get("flags") == flags and previous.get("returncode") == 0 and load_run(run_dir) is not None:
