@@ -309,3 +309,32 @@ def test_a_run_counts_only_once_its_process_has_exited_with_status_zero(tmp_path
     record(tmp_path, "lite_ppo", 1)
     [counted] = tool.collect(["lite_ppo"], [1], tmp_path, [])["lite_ppo"]
     assert (counted["final_acc"], counted["final_sampled"]["avg"], counted["wall_s"]) == (0.4, 0.25, 60.0)
+
+
+def test_no_keep_models_deletes_a_runs_checkpoints_once_its_final_avg_is_on_record(monkeypatch, tmp_path):
+    """A study's runs keep ~1 GB of checkpoint each (Gemma 3 270M) that nothing reads once the avg@N is written:
+    --no-keep-models deletes them then; a run whose avg@N is not on record (its eval failed) keeps its model, and by
+    default every run keeps it for eval.py's benchmarks."""
+    from tools import ablate as tool
+
+    def fake_run(variant, seed, flags, out, skip_existing, eval_samples):  # lite_ppo.py's run dir, then its record
+        run = out / "runs" / tool.run_name(variant, seed)
+        (run / "checkpoints" / "step-2" / "model").mkdir(parents=True)
+        (run / "args.json").write_text(json.dumps({
+            "total_steps": 2, "model": "m", "dataset": "d", "eval_dataset": None, "eval_size": 8, "eval_samples": 2,
+            "prompts_per_step": 4, "group_size": 2, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 8,
+            "template": "chat", "backend": "hf"}))
+        rows = [{"step": 0, "eval/accuracy": 0.1}, {"step": 2, "rollout/response_len_mean": 5.0},
+                {"step": 2, "eval/accuracy": 0.2}]
+        rows += [{"step": 2, "eval_sampled/accuracy": 0.25}] if variant == "lite_ppo" else []  # the other sampled none
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        record(out, variant, seed)
+
+    monkeypatch.setattr(tool, "run_variant", fake_run)
+    monkeypatch.setattr(tool, "sampled_eval", lambda cmd, eval_dir, log, what: "exit status 1")  # eval.py fails
+    for keep, out in ((False, tmp_path / "dropped"), (True, tmp_path / "kept")):
+        tool.main(tool.Args(techniques=["overlong_filter"], seeds=[1], out=str(out), final_samples=2,
+                            keep_models=keep), [])
+        assert (out / "runs/ablate__lite_ppo__1/checkpoints").exists() == keep  # its avg@2 sampled in the run
+        assert (out / "runs/ablate__overlong_filter__1/checkpoints/step-2/model").is_dir()  # eval.py's failed: kept
+        assert (out / "runs/ablate__lite_ppo__1/metrics.jsonl").exists()  # the run's record stays whole

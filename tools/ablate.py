@@ -19,7 +19,8 @@ technique's own mechanism metrics per step; and <out>/ablation.md: the table, th
 
 A variant is lite_ppo.py's defaults (Lite PPO) plus its flags (VARIANTS); a technique names the variants it
 compares and the metrics that show its mechanism (TECHNIQUES). Runs that fail are reported and the others go on;
-a finished run keeps its checkpoints' models for the evals and drops their optimizer state (3 GB for Gemma 3 270M).
+a finished run keeps its checkpoints' models for the evals and drops their optimizer state (3 GB for Gemma 3 270M);
+with --no-keep-models it keeps no checkpoint once its final avg@N is on record.
 
 A cell (`--cells MODEL:TIER` or `MODEL:DATA`) is one of the paper's setups: a model of MODELS (an aligned one, a base
 one) with its prompt protocol, trained and evaluated on one difficulty tier of TIERS or any arithmetic spec
@@ -127,6 +128,9 @@ class Args:
     each a whole ablation; none: one ablation on the flags after --"""
     cell_eval_size: int = 200
     """held-out problems per cell (avg@N's standard error over problems is ~0.02 at 200)"""
+    keep_models: bool = True
+    """keep each finished run's model (its last checkpoint, for eval.py's benchmarks); --no-keep-models deletes a
+    run's checkpoints once its final avg@N is on record (a Gemma 3 cell's 18 runs keep ~20 GB)"""
 
 
 def run_name(variant: str, seed: int) -> str:
@@ -191,6 +195,14 @@ def run_variant(variant: str, seed: int, flags: list[str], out: Path, skip_exist
         for state in (run_dir / "checkpoints").glob("step-*/state"):
             shutil.rmtree(state)
     return why
+
+
+def drop_models(out: Path, variant: str, seed: int, final_samples: int, keys: list[str]) -> None:
+    """--no-keep-models: delete a finished run's checkpoints once nothing here needs them, that is once its final
+    avg@final_samples is on record (in its metrics, or eval.py's); a run whose eval failed keeps its model to retry."""
+    runs = collect([variant], [seed], out, keys)[variant]
+    if runs and (final_samples == 0 or (runs[0]["final_sampled"] or {}).get("n") == final_samples):
+        shutil.rmtree(out / "runs" / run_name(variant, seed) / "checkpoints", ignore_errors=True)
 
 
 def in_run_sampled(run_dir: Path, run: dict) -> dict | None:
@@ -333,10 +345,13 @@ def main(args: Args, extra: list[str]) -> int:
                 if why := run_variant(variant, seed, VARIANTS[variant] + extra, out, args.skip_existing,
                                       args.final_samples):
                     failed.append(f"{variant} seed {seed}: {why}")
-                elif args.final_samples > 0:  # the start model with the first run that finished
+                    continue
+                if args.final_samples > 0:  # the start model with the first run that finished
                     failed += sampled_evals(finished := collect([variant], [seed], out, keys), out, args.final_samples,
                                             start=not started)
                     started = started or any(finished.values())
+                if not args.keep_models:
+                    drop_models(out, variant, seed, args.final_samples, keys)
     results = collect(variants, args.seeds, out, keys)
     if not any(results.values()):
         print("[ablate] no finished run: nothing to plot", flush=True)
