@@ -27,6 +27,13 @@ def record(out: Path, variant: str, seed: int, returncode: int = 0) -> None:
                                                                         "returncode": returncode, "wall_s": 60.0}))
 
 
+def run_args(**changes) -> dict:
+    """A run's args.json, as far as collect, the tables and sampled_eval_command read it."""
+    return {"total_steps": 2, "model": "m", "dataset": "d", "eval_dataset": None, "eval_size": 8, "eval_samples": 2,
+            "prompts_per_step": 4, "group_size": 2, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 8,
+            "template": "chat", "backend": "hf"} | changes
+
+
 @pytest.mark.heavy
 def test_a_technique_runs_its_variants_with_their_switches_then_reuses_them(tiny_model_path, tiny_math_data, tmp_path):
     cmd = ["--techniques", "clip_higher", "--seeds", "1", "--final-samples", "2", "--",
@@ -253,10 +260,7 @@ def test_a_run_that_sampled_its_own_avg_is_not_evaluated_again_and_one_without_i
     for seed, in_run in ((1, 0.25), (2, None)):
         run = tmp_path / "runs" / f"ablate__lite_ppo__{seed}"
         run.mkdir(parents=True)
-        (run / "args.json").write_text(json.dumps({"total_steps": 2, "model": "m", "dataset": "d", "eval_dataset": None,
-                                                   "eval_size": 8, "eval_samples": 2 if in_run else 0, "temperature": 1.0,
-                                                   "top_p": 1.0, "top_k": 0, "max_new_tokens": 8, "template": "chat",
-                                                   "backend": "hf"}))
+        (run / "args.json").write_text(json.dumps(run_args(eval_samples=2 if in_run else 0)))
         rows = [{"step": 0, "eval/accuracy": 0.1}, {"step": 2, "rollout/response_len_mean": 5.0},
                 {"step": 2, "eval/accuracy": 0.2}] + ([{"step": 2, "eval_sampled/accuracy": in_run}] if in_run else [])
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -320,10 +324,7 @@ def test_no_keep_models_deletes_a_runs_checkpoints_once_its_final_avg_is_on_reco
     def fake_run(variant, seed, flags, out, skip_existing, eval_samples):  # lite_ppo.py's run dir, then its record
         run = out / "runs" / tool.run_name(variant, seed)
         (run / "checkpoints" / "step-2" / "model").mkdir(parents=True)
-        (run / "args.json").write_text(json.dumps({
-            "total_steps": 2, "model": "m", "dataset": "d", "eval_dataset": None, "eval_size": 8, "eval_samples": 2,
-            "prompts_per_step": 4, "group_size": 2, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 8,
-            "template": "chat", "backend": "hf"}))
+        (run / "args.json").write_text(json.dumps(run_args(eval_samples=eval_samples)))
         rows = [{"step": 0, "eval/accuracy": 0.1}, {"step": 2, "rollout/response_len_mean": 5.0},
                 {"step": 2, "eval/accuracy": 0.2}]
         rows += [{"step": 2, "eval_sampled/accuracy": 0.25}] if variant == "lite_ppo" else []  # the other sampled none

@@ -197,10 +197,10 @@ def run_variant(variant: str, seed: int, flags: list[str], out: Path, skip_exist
     return why
 
 
-def drop_models(out: Path, variant: str, seed: int, final_samples: int, keys: list[str]) -> None:
+def drop_models(out: Path, variant: str, seed: int, final_samples: int) -> None:
     """--no-keep-models: delete a finished run's checkpoints once nothing here needs them, that is once its final
     avg@final_samples is on record (in its metrics, or eval.py's); a run whose eval failed keeps its model to retry."""
-    runs = collect([variant], [seed], out, keys)[variant]
+    runs = collect([variant], [seed], out, [])[variant]
     if runs and (final_samples == 0 or (runs[0]["final_sampled"] or {}).get("n") == final_samples):
         shutil.rmtree(out / "runs" / run_name(variant, seed) / "checkpoints", ignore_errors=True)
 
@@ -351,7 +351,7 @@ def main(args: Args, extra: list[str]) -> int:
                                             start=not started)
                     started = started or any(finished.values())
                 if not args.keep_models:
-                    drop_models(out, variant, seed, args.final_samples, keys)
+                    drop_models(out, variant, seed, args.final_samples)
     results = collect(variants, args.seeds, out, keys)
     if not any(results.values()):
         print("[ablate] no finished run: nothing to plot", flush=True)
