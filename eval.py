@@ -28,7 +28,7 @@ from common.evaluation import default_pass_k, evaluate
 from common.generation import SamplingConfig, make_engine
 from common.errors import BadSpec
 from common.model import DEFAULT_MODEL, check_model, load_policy, resolve_model
-from common.precision import machine, resolve_precision
+from common.precision import PrecisionFlag, machine, resolve_precision
 from common.run import cli
 
 
@@ -64,8 +64,9 @@ class Args:
     """generation engine: vllm, hf (transformers generate) or auto (vllm if installed)"""
     gpu_memory_utilization: float = 0.9
     """vLLM: fraction of GPU memory for weights and KV cache"""
-    precision: Literal["auto", "fp32", "bf16"] = "auto"
-    """generation in bf16 or fp32; auto: bf16 on CUDA and on a CPU with native bf16, else fp32 (printed with why)"""
+    precision: PrecisionFlag = "auto"
+    """a training precision (lite_ppo.py --help); generation computes in its dtype: bf16 for bf16, bf16-fp32-head and
+    bf16-gen, else fp32; auto as in training (printed with why)"""
     output_dir: str | None = None
     """where summary.json and samples.jsonl go; None = results/eval__{model}__{seed}__{time}"""
 

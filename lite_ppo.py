@@ -26,7 +26,7 @@ import torch
 from tqdm import tqdm
 
 from common.data import batch_indices, load_rows, prompt_tokens_bound, stop_ids, tokenize_prompts
-from common.evaluation import evaluate, evaluate_sampled
+from common.evaluation import HeldOut
 from common.generation import SamplingConfig, make_engine, rollout_seed
 from common.heads import LogprobModel, compute_logprobs
 from common.model import DEFAULT_MODEL, load_policy, unwrap
@@ -34,7 +34,7 @@ from common.reward import batch_math_reward
 from common.run import (all_gather, check_args, cli, global_sum, latest_checkpoint, load_checkpoint, log_metrics,
                         make_accelerator, make_run_dir, save_checkpoint, seed_everything)
 from common.mismatch import mismatch_stats, sampler_weights
-from common.precision import resolve_precision
+from common.precision import PrecisionFlag
 from common.update import (accumulate_gradients, add_stats, build_optimizer, make_batch, micro_batches, mini_batches,
                            policy_stats, step_stats)
 
@@ -86,9 +86,10 @@ class Args:
     vllm_sleep: bool = False
     """vLLM on GPU: free the engine's memory during the update (sleep/wake each step)"""
     # precision and the sampler-trainer mismatch (common/precision.py, common/mismatch.py)
-    precision: Literal["auto", "fp32", "bf16"] = "auto"
-    """bf16: the update under bf16 autocast (fp32 master weights and log-probs) and generation in bf16; auto: bf16 on
-    CUDA and on a CPU with native bf16 (avx512_bf16, amx_bf16), else fp32; the start prints which and why"""
+    precision: PrecisionFlag = "auto"
+    """bf16: the update under bf16 autocast (fp32 master weights and log-probs) and generation in bf16; bf16-fp32-head:
+    the trainer's LM head in fp32; bf16-gen: bf16 generation only; auto: the fastest shown to learn as fp32 where bf16
+    is native and faster, else fp32 (bf16 on CUDA); the start prints which and why"""
     sampler_is: Literal["none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = "token_truncate"
     """weigh each token's policy loss by exp(trainer - sampler log-prob), per token or per sequence, truncated at
     --sampler-is-cap or masked above it (Yao et al. 2025; TRL's vllm_importance_sampling_mode); none: off"""
@@ -195,15 +196,14 @@ def main(args: Args) -> None:
     check_args(args, clip_eps=(0 < args.clip_eps < 1, "must be in (0, 1)"),
                clip_eps_high=(args.clip_eps_high is None or args.clip_eps_high > 0, "must be > 0"),
                wrong_reward=(args.wrong_reward < 1, "must be below the right answer's reward, 1"))
-    precision = resolve_precision(args.precision)  # fp32, or bf16 where native and faster: printed with why
-    accelerator = make_accelerator(args, precision)
+    accelerator, precision = make_accelerator(args)  # --precision on this machine (common/precision.py): printed with why
     seed_everything(args.seed)
     rank, world = accelerator.process_index, accelerator.num_processes
     train_rows = load_rows(args.dataset, flag="--dataset")
     eval_rows = load_rows(args.eval_dataset or args.dataset, split="test", limit=args.eval_size,
                           flag="--eval-dataset" if args.eval_dataset else "--dataset")
     model_path, lm, tokenizer = load_policy(args.model, gradient_checkpointing=args.gradient_checkpointing)
-    model = LogprobModel(lm)
+    model = LogprobModel(lm, fp32_head=precision.fp32_head)
     optimizer, scheduler = build_optimizer(model, args.learning_rate, args.weight_decay, args.warmup_steps,
                                            args.total_steps * args.ppo_epochs * args.num_mini_batches, args.lr_schedule)
     model, optimizer = accelerator.prepare(model, optimizer)
@@ -221,17 +221,8 @@ def main(args: Args) -> None:
                          precision=precision, stop_ids=stop_ids(tokenizer, args.template))
     if start_step:
         engine.sync_weights(model)
-    eval_sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=0.0, seed=args.seed)
-
-    def run_eval(step: int) -> float:
-        metrics, _ = evaluate(engine, tokenizer, eval_rows, template=args.template, sampling=eval_sampling,
-                              accelerator=accelerator)
-        log_metrics(accelerator, run_dir, step, {f"eval/{k}": v for k, v in metrics.items()})
-        return metrics["accuracy"]
-
-    first_eval = accuracy = run_eval(start_step) if eval_rows else None  # --eval-size 0: nothing held out, nothing logged
-    accelerator.print(f"held-out accuracy before step {start_step}: {first_eval:.3f} ({len(eval_rows)} problems)"
-                      if eval_rows else "no held-out evaluation (0 held-out problems)")
+    held_out = HeldOut(engine, tokenizer, eval_rows, args, accelerator, run_dir)  # logged, printed, kept per problem
+    held_out.greedy(start_step)  # --eval-size 0: nothing held out, nothing logged
     progress = tqdm(range(start_step, args.total_steps), disable=not accelerator.is_main_process, desc=Path(__file__).stem)
     for step in progress:
         t0 = time.perf_counter()
@@ -326,18 +317,10 @@ def main(args: Args) -> None:
                              s_per_step=f"{t_sync - t0:.1f}")
         last = step + 1 == args.total_steps
         if eval_rows and ((step + 1) % args.eval_every == 0 or last):
-            accuracy = run_eval(step + 1)
-            accelerator.print(f"step {step + 1}: held-out accuracy {accuracy:.3f}")
+            held_out.greedy(step + 1)
         if (step + 1) % args.save_every == 0 or last:
             save_checkpoint(accelerator, run_dir, step + 1, model, tokenizer, args, args.keep_checkpoints)
-    if args.eval_samples and eval_rows:  # the trained policy as it samples, on the engine that is up (eval.py's avg@N)
-        sampled = evaluate_sampled(engine, tokenizer, eval_rows, args, accelerator)
-        log_metrics(accelerator, run_dir, args.total_steps, sampled)
-        accelerator.print(f"held-out avg@{args.eval_samples} at step {args.total_steps}: "
-                          f"{sampled['eval_sampled/accuracy']:.3f} ({len(eval_rows)} problems)")
-    held_out = (f"held-out accuracy: {first_eval:.3f} at step {start_step}, {accuracy:.3f} at step {args.total_steps}; "
-                if eval_rows else "")  # --eval-size 0: nothing measured
-    accelerator.print(f"{held_out}run in {run_dir}")
+    held_out.finish()  # avg@--eval-samples, and the last line
     engine.close()  # before end_training, which tears down the process group vLLM also uses
     accelerator.end_training()
 

@@ -12,15 +12,18 @@ the same checker as training):
 With n = 1, pass@1 and maj@1 equal accuracy: only accuracy is reported (and pass@k if asked).
 """
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import torch
+from accelerate.utils import gather_object
 from tqdm import tqdm
 
 from common.data import tokenize_prompts
 from common.generation import SamplingConfig, rollout_seed
 from common.reward import batch_math_reward, extract_answer, is_equiv
+from common.run import log_metrics
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -132,3 +135,58 @@ def evaluate_sampled(engine, tokenizer, rows: list[dict], args, accelerator=None
     metrics, _ = evaluate(engine, tokenizer, rows, template=args.template, sampling=sampling, n=args.eval_samples,
                           accelerator=accelerator)
     return {f"eval_sampled/{k}": v for k, v in metrics.items()}
+
+
+class HeldOut:
+    """A training run's held-out evaluation on the engine it trains with: greedy accuracy before the first step and
+    every --eval-every steps, avg@N after the last (--eval-samples), each logged (eval/*, eval_sampled/*), printed,
+    and kept per problem in <run>/held_out.jsonl ({"step", "n", "correct": {problem id: right answers of n}}), so two
+    runs can be paired by problem and re-graded. `rows` empty (--eval-size 0): nothing is measured or logged."""
+
+    def __init__(self, engine, tokenizer, rows: list[dict], args, accelerator, run_dir):
+        self.engine, self.tokenizer, self.rows, self.args = engine, tokenizer, rows, args
+        self.accelerator, self.run_dir = accelerator, run_dir
+        self.first = self.last = None  # (step, greedy accuracy)
+
+    def _run(self, step: int, sampling: SamplingConfig, n: int, prefix: str) -> float:
+        metrics, records = evaluate(self.engine, self.tokenizer, self.rows, template=self.args.template,
+                                    sampling=sampling, n=n, accelerator=self.accelerator)
+        log_metrics(self.accelerator, self.run_dir, step, {f"{prefix}/{k}": v for k, v in metrics.items()})
+        pairs = [(rec["id"], int(rec["correct"] == 1.0)) for rec in records]  # this process's problems
+        correct = {}
+        for problem, right in gather_object(pairs) if self.accelerator.num_processes > 1 else pairs:
+            correct[problem] = correct.get(problem, 0) + right
+        if self.accelerator.is_main_process:
+            with open(self.run_dir / "held_out.jsonl", "a") as f:
+                f.write(json.dumps({"step": step, "n": n, "kind": prefix, "correct": correct}) + "\n")
+        return metrics["accuracy"]
+
+    def greedy(self, step: int) -> float | None:
+        """Greedy held-out accuracy at `step`, logged and printed."""
+        if not self.rows:
+            if self.first is None:
+                self.accelerator.print("no held-out evaluation (0 held-out problems)")
+                self.first = (step, None)
+            return None
+        sampling = SamplingConfig(max_new_tokens=self.args.max_new_tokens, temperature=0.0, seed=self.args.seed)
+        accuracy = self._run(step, sampling, 1, "eval")
+        if self.first is None:
+            self.first = (step, accuracy)
+            self.accelerator.print(f"held-out accuracy before step {step}: {accuracy:.3f} ({len(self.rows)} problems)")
+        else:
+            self.accelerator.print(f"step {step}: held-out accuracy {accuracy:.3f}")
+        self.last = (step, accuracy)
+        return accuracy
+
+    def finish(self) -> None:
+        """avg@--eval-samples after the last step, sampled as the rollouts are, and the run's last line."""
+        args = self.args
+        if args.eval_samples and self.rows:
+            sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                                      top_p=args.top_p, top_k=args.top_k, seed=args.seed)
+            avg = self._run(args.total_steps, sampling, args.eval_samples, "eval_sampled")
+            self.accelerator.print(f"held-out avg@{args.eval_samples} at step {args.total_steps}: {avg:.3f} "
+                                   f"({len(self.rows)} problems)")
+        held_out = (f"held-out accuracy: {self.first[1]:.3f} at step {self.first[0]}, {self.last[1]:.3f} at step "
+                    f"{self.last[0]}; " if self.rows else "")
+        self.accelerator.print(f"{held_out}run in {self.run_dir}")

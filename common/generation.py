@@ -85,7 +85,7 @@ class VLLMEngine:
     def __init__(self, model_path: str, *, seed: int = 0, max_model_len: int | None = None,
                  gpu_memory_utilization: float = 0.3, enable_sleep_mode: bool = False, dtype: str = "auto",
                  kv_cache_gib: float | None = None, kv_cache_seqs: int = 256, stop_ids: list[int] = (),
-                 enforce_eager: bool = False):
+                 enforce_eager: bool = False, fp32_head: bool = False):
         # Set before vllm is imported / the engine is built (vllm.envs reads them lazily until then).
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process engine core: required by sync_weights
         os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")  # else vLLM keeps a core idle (half of a 2-core CPU)
@@ -99,6 +99,8 @@ class VLLMEngine:
         vllm_internals.check_version(vllm.__version__)
         config = AutoConfig.from_pretrained(model_path)
         kwargs = {}
+        if fp32_head and _resolve_dtype(dtype) != "float32":  # the logits' matmul in fp32 (common/precision.py)
+            kwargs["hf_overrides"] = {"head_dtype": "float32"}
         if _cpu_only():
             # gpu_memory_utilization would reserve that fraction of host RAM (zero-filled) on CPU.
             if "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
@@ -206,14 +208,33 @@ def _preserve_rng():
     np.random.set_state(npy)
 
 
+@contextmanager
+def _fp32_linear(layer: torch.nn.Linear, enabled: bool):
+    """Inside, `layer` computes in fp32 whatever autocast says (its input cast up, its fp32 weights as they are)."""
+    if not enabled:
+        yield
+        return
+
+    def forward(x):
+        with torch.autocast(x.device.type, enabled=False):
+            return torch.nn.functional.linear(x.float(), layer.weight.float(), layer.bias)
+
+    layer.forward = forward
+    try:
+        yield
+    finally:
+        del layer.forward  # the class's forward again
+
+
 class HFEngine:
     """`generate` on the training model itself (no second copy of the weights): simple, slower."""
 
     def __init__(self, model: torch.nn.Module, tokenizer, *, batch_size: int = 64, dtype: torch.dtype = torch.float32,
-                 stop_ids: list[int] = ()):
+                 stop_ids: list[int] = (), fp32_head: bool = False):
         self.model, self.tokenizer, self.stop_ids = model, tokenizer, set(stop_ids)
         self.batch_size = batch_size  # rows (prompt x sample) per generate call
         self.dtype = dtype  # bf16: generate under bf16 autocast (the weights stay the trainer's fp32 master copy)
+        self.fp32_head = fp32_head  # and the LM head's logits in fp32 all the same
 
     @torch.no_grad()
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingConfig) -> list[Completion]:
@@ -241,7 +262,8 @@ class HFEngine:
         completions = []
         try:
             with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), \
-                    torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.dtype == torch.bfloat16):
+                    torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.dtype == torch.bfloat16), \
+                    _fp32_linear(model.get_output_embeddings(), self.fp32_head):
                 torch.manual_seed(sampling.seed)
                 for start in range(0, len(rows), self.batch_size):
                     completions += self._generate_batch(model, rows[start:start + self.batch_size], config,
@@ -303,7 +325,9 @@ def make_engine(backend: str, *, model_path: str, model, tokenizer, seed: int, m
     if backend == "hf" or not has_vllm:
         if backend == "auto":
             print("[generation] vllm is not installed: generating with Hugging Face generate")
-        return HFEngine(model, tokenizer, dtype=precision.torch_dtype if precision else torch.float32, stop_ids=stop_ids)
+        return HFEngine(model, tokenizer, dtype=precision.torch_dtype if precision else torch.float32, stop_ids=stop_ids,
+                        fp32_head=bool(precision and precision.fp32_head))
     return VLLMEngine(model_path, seed=seed, max_model_len=max_model_len, kv_cache_seqs=kv_cache_seqs,
                       gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode,
-                      dtype=precision.vllm_dtype if precision else "float32", stop_ids=stop_ids)
+                      dtype=precision.vllm_dtype if precision else "float32", stop_ids=stop_ids,
+                      fp32_head=bool(precision and precision.fp32_head))

@@ -29,9 +29,10 @@ class LogprobModel(nn.Module):
     entropy's term there only when the entropy received a gradient.
     """
 
-    def __init__(self, lm: nn.Module, chunk_size: int | None = None):
+    def __init__(self, lm: nn.Module, chunk_size: int | None = None, fp32_head: bool = False):
         super().__init__()
         self.lm = lm
+        self.fp32_head = fp32_head  # the logits in fp32 under a bf16 autocast (common/precision.py); False: in bf16
         # response tokens whose logits exist at once; default: 2^24 logits (64 MiB in fp32) per chunk
         self.chunk_size = chunk_size or max(1, 2**24 // lm.get_output_embeddings().weight.shape[0])
 
@@ -46,7 +47,7 @@ class LogprobModel(nn.Module):
         logps, entropies = [], []
         for i in range(0, h.shape[0], self.chunk_size):
             lp, ent = _ChunkLogprobs.apply(h[i : i + self.chunk_size], targets[i : i + self.chunk_size], lm_head.weight,
-                                           lm_head.bias, temperature)
+                                           lm_head.bias, temperature, self.fp32_head)
             logps.append(lp)
             entropies.append(ent)
         logprobs = hidden.new_zeros(input_ids.shape, dtype=torch.float32)  # [B, T]
@@ -63,17 +64,20 @@ class _ChunkLogprobs(torch.autograd.Function):
     between the two (what activation checkpointing would give, without its recomputed entropy branch staying
     alive when the entropy only is logged). With z = logits / T, p = softmax(z), H = -sum p log p:
         d log p_t / dz = onehot_t - p          d H / dz = -p * (log p + H)
-    Under autocast the logits come from the same autocast matmul in forward and backward.
+    Under autocast the logits come from the same autocast matmul in forward and backward; with `fp32_head`, from
+    an fp32 matmul of the fp32 hidden states (the residual stream stays fp32 under autocast) in both.
     """
 
     @staticmethod
-    def forward(ctx, h, targets, weight, bias, temperature: float):
+    def forward(ctx, h, targets, weight, bias, temperature: float, fp32_head: bool = False):
         device = h.device.type
-        ctx.autocast = (torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
+        ctx.autocast = (torch.is_autocast_enabled(device) and not fp32_head, torch.get_autocast_dtype(device))
         ctx.temperature = temperature
         ctx.save_for_backward(h, targets, weight, bias)
         ctx.set_materialize_grads(False)  # an output nobody differentiates (the logged entropy) gets None
-        logp_all = (F.linear(h, weight, bias).float() / temperature).log_softmax(-1)  # [c, V]
+        with torch.autocast(device, dtype=ctx.autocast[1], enabled=ctx.autocast[0]):
+            logits = F.linear(h if ctx.autocast[0] else h.float(), weight, bias)
+        logp_all = (logits.float() / temperature).log_softmax(-1)  # [c, V]
         return logp_all.gather(-1, targets[:, None]).squeeze(-1), -(logp_all.exp() * logp_all).sum(-1)
 
     @staticmethod
@@ -81,7 +85,7 @@ class _ChunkLogprobs(torch.autograd.Function):
         h, targets, weight, bias = ctx.saved_tensors
         enabled, dtype = ctx.autocast
         with torch.autocast(h.device.type, dtype=dtype, enabled=enabled):
-            logits = F.linear(h, weight, bias)
+            logits = F.linear(h if enabled else h.float(), weight, bias)
         matmul_dtype = logits.dtype
         logp_all = logits.float().div_(ctx.temperature).log_softmax(-1)  # [c, V]; at most three [c, V] at once below
         del logits
@@ -95,12 +99,12 @@ class _ChunkLogprobs(torch.autograd.Function):
             p.mul_(-grad_logp[:, None]).scatter_add_(1, targets[:, None], grad_logp[:, None].float())
             grad_z = p if grad_z is None else grad_z.add_(p)
         if grad_z is None:
-            return None, None, None, None, None
+            return None, None, None, None, None, None
         grad_logits = grad_z.div_(ctx.temperature).to(matmul_dtype)  # [c, V], in the dtype the matmul ran in
         grad_h = (grad_logits @ weight.to(matmul_dtype)).to(h.dtype) if ctx.needs_input_grad[0] else None
         grad_w = (grad_logits.T @ h.to(matmul_dtype)).to(weight.dtype) if ctx.needs_input_grad[2] else None
         grad_b = grad_logits.sum(0).to(bias.dtype) if bias is not None and ctx.needs_input_grad[3] else None
-        return grad_h, None, grad_w, grad_b, None
+        return grad_h, None, grad_w, grad_b, None, None
 
 
 class ValueModel(nn.Module):

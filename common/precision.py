@@ -1,8 +1,22 @@
-"""Numeric precision of a run (`--precision auto|fp32|bf16`), decided once, here, and printed at the start.
+"""Numeric precision of a run (`--precision auto|fp32|bf16|bf16-fp32-head|bf16-gen`), decided once, here, and printed
+at the start.
 
-bf16 means what it means on a GPU: the update under bf16 autocast with fp32 master weights, gradients, optimizer
-state and log-probs (common/heads.py returns fp32), and generation in bf16 (vLLM's dtype, autocast around HF
-generate). `auto` is bf16 where the hardware computes it natively and faster than fp32, and fp32 elsewhere:
+A setting says three things (SETTINGS): the dtype the update's forward and backward compute in (bf16 autocast over
+fp32 master weights, gradients and AdamW state, as on a GPU; or fp32), whether the LM head's logits stay fp32 under
+that autocast, and the dtype generation computes in (vLLM's weight dtype, autocast around HF generate):
+- fp32: everything fp32;
+- bf16: the update under bf16 autocast, its LM head too (the logits rounded to bf16 before the fp32 log-softmax), and
+  generation in bf16;
+- bf16-fp32-head: as bf16, but the LM head's logits in fp32 (MiniMax-M1, arXiv 2506.13585, keeps its head in fp32
+  against the sampler-trainer mismatch): the trainer's from the fp32 master weights and hidden states, vLLM's from
+  its bf16 weights cast up (its `head_dtype`), HF generate's from the fp32 weights;
+- bf16-gen: bf16 generation (its head too), the update in fp32.
+Log-probs always leave common/heads.py in fp32. What each costs and how it learns: docs/performance.md, "Precision",
+and docs/precision/parity.json (the default run, paired seeds, one machine).
+
+`auto` chooses by that evidence: on a machine where bf16 is native and faster, the fastest setting of LEARNS_AS_FP32
+(shown to learn as fp32 does); else fp32, except on a CUDA GPU, where an empty list leaves bf16 (what GPU recipes
+train in). Native and faster:
 - CUDA: `torch.cuda.is_bf16_supported()` (Ampere and newer);
 - CPU: a native-bf16 flag in /proc/cpuinfo (x86: `avx512_bf16` or `amx_bf16`, the instructions oneDNN's bf16 matmuls
   use; ARM: `bf16`), and then a measured probe (bf16_speedup, ~0.5 s): a layer of SmolLM2-135M's MLP shape, forward
@@ -12,7 +26,7 @@ The flag alone does not say bf16 is faster. Measured with 2 threads, torch 2.13 
 - Intel Xeon family 6 model 207 under KVM (avx512_bf16, AMX not exposed): 149 against 240 GFLOP/s, the probe
   0.61x and the default run's 8 steps 0.66x the speed of fp32: fp32 wins;
 - AMD EPYC Zen 3 (no flag: bf16 emulated): 1.2 against 33 GFLOP/s.
-`--precision bf16` runs anywhere; without a flag it says the run will be much slower.
+A bf16 setting runs anywhere; without a flag it says the run will be much slower.
 
 The rest of what a run's speed depends on is here too, and machine.json records it (`machine`): the CPU, its threads,
 and how malloc treats the memory a step frees (`keep_freed_memory`).
@@ -25,6 +39,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 
@@ -32,24 +47,54 @@ from common.errors import BadSpec
 
 CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")  # x86 (AVX-512 BF16, AMX), ARM (FEAT_BF16)
 BF16_MIN_SPEEDUP = 1.2  # auto's bar on CPU: bf16 rounds the update's matmuls, worth it only where clearly faster
+PrecisionFlag = Literal["auto", "fp32", "bf16", "bf16-fp32-head", "bf16-gen"]  # the scripts' and eval.py's --precision
+
+
+@dataclass(frozen=True)
+class Setting:
+    update: torch.dtype  # the update's forward and backward: torch.bfloat16 (autocast) or torch.float32
+    fp32_head: bool  # the LM head's logits in fp32 where the rest computes in bf16: the trainer's and the sampler's
+    generation: torch.dtype  # what generation computes in
+
+
+SETTINGS = {  # fastest first where bf16 is faster
+    "bf16": Setting(torch.bfloat16, fp32_head=False, generation=torch.bfloat16),
+    "bf16-fp32-head": Setting(torch.bfloat16, fp32_head=True, generation=torch.bfloat16),
+    "bf16-gen": Setting(torch.float32, fp32_head=False, generation=torch.bfloat16),
+    "fp32": Setting(torch.float32, fp32_head=False, generation=torch.float32),
+}
+# The reduced-precision settings shown to learn as fp32 does on the default run: >= 5 seeds, paired by seed, the 95%
+# interval of (setting - fp32) in avg@16 containing 0 with its lower end above -0.03 (docs/precision/parity.json,
+# tests/test_precision.py checks this list against it). auto picks the fastest of them where bf16 is faster.
+LEARNS_AS_FP32: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Precision:
-    name: str  # "fp32" or "bf16"
+    name: str  # a key of SETTINGS
     reason: str  # why, in words: printed at the start
 
     @property
-    def bf16(self) -> bool:
-        return self.name == "bf16"
+    def setting(self) -> Setting:
+        return SETTINGS[self.name]
+
+    @property
+    def update_bf16(self) -> bool:
+        """The update runs under bf16 autocast (Accelerator(mixed_precision="bf16"))."""
+        return self.setting.update == torch.bfloat16
+
+    @property
+    def fp32_head(self) -> bool:
+        return self.setting.fp32_head
 
     @property
     def torch_dtype(self) -> torch.dtype:
-        return torch.bfloat16 if self.bf16 else torch.float32
+        """Generation's dtype (HF generate's autocast)."""
+        return self.setting.generation
 
     @property
     def vllm_dtype(self) -> str:
-        return "bfloat16" if self.bf16 else "float32"
+        return "bfloat16" if self.setting.generation == torch.bfloat16 else "float32"
 
     def __str__(self) -> str:
         return f"precision: {self.name} ({self.reason})"
@@ -155,21 +200,36 @@ def bf16_speedup(rows: int = 1024, width: int = 576, reps: int = 5) -> float:
     return fp32 / bf16
 
 
-def resolve_precision(flag: str, cpuinfo: str | None = None, speedup: float | None = None) -> Precision:
+def resolve_precision(flag: str, cpuinfo: str | None = None, speedup: float | None = None,
+                      learns_as_fp32: tuple[str, ...] | None = None) -> Precision:
     """The precision `--precision flag` means on this machine, with the reason the start prints. `speedup`: the
-    probe's figure (bf16_speedup, measured here if None and auto needs it)."""
-    if flag not in ("auto", "fp32", "bf16"):
-        raise BadSpec(f"--precision {flag!r}: must be auto, fp32 or bf16")
+    probe's figure (bf16_speedup, measured here if None and auto needs it); `learns_as_fp32`: auto's candidates,
+    fastest first (None: LEARNS_AS_FP32)."""
+    if flag != "auto" and flag not in SETTINGS:
+        raise BadSpec(f"--precision {flag!r}: must be auto, {', '.join(reversed(SETTINGS))}")
     native, evidence = native_bf16(cpuinfo)
     if flag == "auto":
-        if not native or torch.cuda.is_available():
-            return Precision("bf16" if native else "fp32", f"auto: {evidence}")
-        speedup = bf16_speedup() if speedup is None else speedup
-        probe = f"a bf16 layer's forward+backward runs {speedup:.2f}x the speed of fp32 here"
-        if speedup >= BF16_MIN_SPEEDUP:
-            return Precision("bf16", f"auto: {evidence}, and {probe}")
-        return Precision("fp32", f"auto: {evidence}, but {probe} (bf16 needs {BF16_MIN_SPEEDUP}x)")
-    if flag == "bf16" and not native:
-        return Precision("bf16", f"--precision bf16; {evidence}, so every matmul is emulated and this run will be "
-                                 "much slower than fp32")
+        candidates = LEARNS_AS_FP32 if learns_as_fp32 is None else learns_as_fp32
+        if not native:
+            return Precision("fp32", f"auto: {evidence}")
+        if torch.cuda.is_available():
+            faster = ""
+        else:
+            speedup = bf16_speedup() if speedup is None else speedup
+            probe = f"a bf16 layer's forward+backward runs {speedup:.2f}x the speed of fp32 here"
+            if speedup < BF16_MIN_SPEEDUP:
+                return Precision("fp32", f"auto: {evidence}, but {probe} (bf16 needs {BF16_MIN_SPEEDUP}x)")
+            faster = f", and {probe}"
+        fastest = next((name for name in SETTINGS if name in candidates), None)
+        if fastest is None and torch.cuda.is_available():  # what GPU recipes train in: fp32 there is many times slower
+            return Precision("bf16", f"auto: {evidence}; bf16 as GPU recipes train (no bf16 setting is shown to learn "
+                                     "as fp32 does on the CPU's default run: docs/precision/parity.json)")
+        if fastest is None:
+            return Precision("fp32", f"auto: {evidence}{faster}, but no bf16 setting has been shown to learn as fp32 "
+                                     "does (docs/precision/parity.json)")
+        return Precision(fastest, f"auto: {evidence}{faster}; the fastest setting shown to learn as fp32 does "
+                                  "(docs/precision/parity.json)")
+    if flag != "fp32" and not native:
+        return Precision(flag, f"--precision {flag}; {evidence}, so every bf16 matmul is emulated and this run will "
+                               "be much slower than fp32")
     return Precision(flag, f"--precision {flag}; {evidence}")

@@ -31,7 +31,7 @@ from accelerate.utils import ProjectConfiguration, set_seed
 from common.data import TEMPLATES
 from common.errors import BadSpec, Unavailable, UsageError
 from common.model import check_model, hf_names, unwrap
-from common.precision import Precision, keep_freed_memory, machine
+from common.precision import Precision, keep_freed_memory, machine, resolve_precision
 from common.vllm_internals import verbose
 
 TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}
@@ -49,9 +49,11 @@ def cli(main: Callable, args_type: type) -> None:
         sys.exit(f"error: {e}")
 
 
-def make_accelerator(args, precision: Precision) -> Accelerator:
-    """bf16 autocast with fp32 master weights, or fp32, as `precision` says (common/precision.py), printed once.
-    Trackers write under --output-dir/<run name>."""
+def make_accelerator(args) -> tuple[Accelerator, Precision]:
+    """The run's precision (--precision, resolved on this machine: common/precision.py), printed once with why, and an
+    Accelerator that runs the update in it: bf16 autocast with fp32 master weights, or fp32. Trackers write under
+    --output-dir/<run name>."""
+    precision = resolve_precision(args.precision)
     cuda = torch.cuda.is_available()
     log_with = None if args.track in (None, "none") else args.track
     if log_with is not None and importlib.util.find_spec(TRACKER_PACKAGES[log_with]) is None:
@@ -59,7 +61,7 @@ def make_accelerator(args, precision: Precision) -> Accelerator:
                           f"(pip install {TRACKER_PACKAGES[log_with]})")
     # cpu=True makes a multi-process CPU launch (torchrun, `accelerate launch --multi_gpu`) a real gloo process
     # group; without it the processes run as independent copies that never average gradients (docs/design.md).
-    accelerator = Accelerator(cpu=not cuda, mixed_precision="bf16" if precision.bf16 else "no", log_with=log_with,
+    accelerator = Accelerator(cpu=not cuda, mixed_precision="bf16" if precision.update_bf16 else "no", log_with=log_with,
                               project_config=ProjectConfiguration(project_dir=args.output_dir))
     if args.prompts_per_step % accelerator.num_processes:
         raise BadSpec(f"--prompts-per-step {args.prompts_per_step} must be a multiple of the {accelerator.num_processes} processes")
@@ -69,7 +71,8 @@ def make_accelerator(args, precision: Precision) -> Accelerator:
             raise BadSpec(f"--precision {args.precision}: the processes chose {', '.join(chosen)} (process order); "
                           "pass --precision fp32 or bf16")
     accelerator.print(precision)
-    return accelerator
+    accelerator.precision = precision  # machine.json records the setting (mixed_precision does not name it)
+    return accelerator, precision
 
 
 def seed_everything(seed: int) -> None:
@@ -101,7 +104,7 @@ def _record_machine(path: Path, accelerator) -> None:
     `--precision auto` in args.json does not say what a run computed in."""
     starts = json.loads(path.read_text()) if path.exists() else []
     starts.append({"time": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "processes": accelerator.num_processes,
-                   "precision": "bf16" if accelerator.mixed_precision == "bf16" else "fp32", **machine()})
+                   "precision": accelerator.precision.name, **machine()})
     path.write_text(json.dumps(starts, indent=2))
 
 

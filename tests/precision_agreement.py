@@ -8,6 +8,7 @@ import os
 import sys
 from types import SimpleNamespace
 
+import common.run
 from common.precision import Precision
 from common.run import make_accelerator
 from tests.torchrun import leave_together
@@ -15,6 +16,7 @@ from tests.torchrun import leave_together
 if __name__ == "__main__":
     *names, output_dir = sys.argv[1:]
     precision = Precision(names[int(os.environ["RANK"])], "given by the test")
+    common.run.resolve_precision = lambda flag: precision  # what this process's auto chose
     args = SimpleNamespace(precision="auto", track="none", output_dir=output_dir, prompts_per_step=8)
-    make_accelerator(args, precision)
+    make_accelerator(args)
     leave_together()
