@@ -8,7 +8,7 @@ steps (lr 2e-5, on that same batch):
    combine them (common/precision.py: bf16 = bf16 body and head, bf16-fp32-head = bf16 body, fp32 head), and fp16
    (emulated where the CPU has no fp16 unit: the same roundings, not its speed);
 2. the gradient of Lite PPO's loss on the batch in each setting against fp32's, per layer group: cosine similarity
-   and relative error ||g - g_fp32|| / ||g_fp32||; beside it two references, fp32 against itself split into other
+   and relative error ||g - g_fp32|| / ||g_fp32|| (fp16's with --fp16-gradient); beside it two references, fp32 against itself split into other
    micro-batches (summation order) and fp32 on a second rollout (another seed: the sampling noise a step has anyway);
 3. what a step leaves: after one fp32 AdamW step, the change of each token's log-prob as each setting computes it
    against the change fp32 computes (relative error of the change, and its correlation), and the share of weights a
@@ -49,7 +49,8 @@ PARTS = {  # name: (body, head matmul, log-softmax) dtypes; the rest of the comp
     "fp16 (body + head)": (F16, F16, F32),
     "fp16 body, fp32 head": (F16, F32, F32),
 }
-GRADIENTS = {"bf16": (BF16, False), "bf16-fp32-head": (BF16, True), "fp16, fp32 head": (F16, True)}  # autocast, fp32 head
+GRADIENTS = {"bf16": (BF16, False), "bf16-fp32-head": (BF16, True)}  # autocast dtype, fp32 head
+FP16_GRADIENT = {"fp16, fp32 head": (F16, True)}  # --fp16-gradient: emulated where there is no fp16 unit, very slow
 
 
 @dataclass
@@ -70,6 +71,8 @@ class Args:
     """fp32 AdamW steps on the batch, measured after each (and before the first)"""
     learning_rate: float = 2e-5
     """their learning rate (lite_ppo.py's default)"""
+    fp16_gradient: bool = False
+    """also the gradient under fp16 autocast (on a CPU without avx512_fp16: emulated, >10 min for the default batch)"""
     backend: str = "hf"
     """the engine that samples the rollout (fp32): hf (no engine start) or vllm"""
     output: str | None = None
@@ -182,7 +185,7 @@ def main(args: Args) -> None:
         g32 = setting_gradient(model, batch, largs, F32, True)
         record["gradient"]["fp32, other micro-batches"] = compare(setting_gradient(model, batch, largs, F32, True, 700), g32, layers)
         record["gradient"]["fp32, another rollout"] = compare(setting_gradient(model, other, largs, F32, True), g32, layers)
-        for name, (autocast, fp32_head) in GRADIENTS.items():
+        for name, (autocast, fp32_head) in (GRADIENTS | (FP16_GRADIENT if args.fp16_gradient else {})).items():
             record["gradient"][name] = compare(setting_gradient(model, batch, largs, autocast, fp32_head), g32, layers)
         # 3. one fp32 AdamW step with g32: the change of the log-probs as each setting sees it
         before = {name: part_logprobs(lm, batch, *PARTS[name]) for name in ("bf16 (body + head)", "bf16-fp32-head (body)")}
@@ -209,9 +212,9 @@ def main(args: Args) -> None:
         record["seconds"] = round(time.perf_counter() - t1, 1)
         results["steps"].append(record)
         report(record)
-    if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(json.dumps(results, indent=2))
+        if args.output:  # after every step: a stopped benchmark keeps what it measured
+            Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.output).write_text(json.dumps(results, indent=2))
 
 
 def report(record: dict) -> None:

@@ -80,14 +80,17 @@ def test_freed_memory_is_kept_for_the_next_step_unless_the_user_chose_malloc_set
 
 def test_auto_is_bf16_only_where_native_and_faster_and_every_choice_says_why(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    auto_old = resolve_precision("auto", ZEN3, speedup=5.0)  # no flag: fp32 whatever a probe would say
-    auto_fast, auto_slow = resolve_precision("auto", ZEN4, speedup=2.5), resolve_precision("auto", ZEN4, speedup=0.61)
+    shown = {"learns_as_fp32": ("bf16",)}  # were bf16 shown to learn as fp32 does (tests/test_precision.py: auto's evidence)
+    auto_old = resolve_precision("auto", ZEN3, speedup=5.0, **shown)  # no flag: fp32 whatever a probe would say
+    auto_fast = resolve_precision("auto", ZEN4, speedup=2.5, **shown)
+    auto_slow = resolve_precision("auto", ZEN4, speedup=0.61, **shown)
     assert (auto_old.name, auto_fast.name, auto_slow.name) == ("fp32", "bf16", "fp32")
-    assert resolve_precision("auto", ZEN4, speedup=BF16_MIN_SPEEDUP).name == "bf16"  # the bar itself passes
+    assert resolve_precision("auto", ZEN4, speedup=BF16_MIN_SPEEDUP, **shown).name == "bf16"  # the bar itself passes
     assert str(auto_old).startswith("precision: fp32 (auto: this CPU has no native bf16")
     assert "avx512_bf16 in /proc/cpuinfo, and a bf16 layer's forward+backward runs 2.50x the speed of fp32" in str(auto_fast)
     assert str(auto_slow).endswith("runs 0.61x the speed of fp32 here (bf16 needs 1.2x))")
-    assert untimed(str(auto_slow)) == untimed(str(resolve_precision("auto", ZEN4, speedup=0.5))) != untimed(str(auto_fast))
+    assert untimed(str(auto_slow)) == untimed(str(resolve_precision("auto", ZEN4, speedup=0.5, **shown))) != \
+        untimed(str(auto_fast))
     forced = resolve_precision("bf16", ZEN3)  # runs, and says once that it will be slow
     assert forced.name == "bf16" and "slower" in str(forced)
     assert resolve_precision("fp32", ZEN4).name == "fp32" and "slower" not in str(resolve_precision("bf16", ZEN4))

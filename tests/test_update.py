@@ -217,7 +217,7 @@ def two_process_step(algo: str, model_dir: str, out: Path, *flags: str) -> tuple
 
 @pytest.mark.heavy
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "bf16-fp32-head", "bf16-gen"])
 @pytest.mark.parametrize("algo", ["lite_ppo", "grpo", "dapo", "ppo_vanilla"])
 def test_each_scripts_update_is_the_same_whole_micro_batched_and_on_two_processes(algo, precision, tiny_model_path,
                                                                                   tmp_path):

@@ -12,7 +12,7 @@ and the comparison of each setting with fp32 is printed: the paired mean differe
 both have, its 95% t interval (tools/paired.py), and whether it meets the bar for "learns as fp32 does": the
 interval contains 0 and its lower end is above -MARGIN; and the 8 steps' speed-up over fp32 on the same seeds.
 
-    python tools/parity.py --settings fp32 bf16 bf16-fp32-head --seeds 1 2 3 4 5
+    python tools/parity.py --settings fp32 bf16-fp32-head bf16-gen --seeds 1 2 3 4 5
     python tools/parity.py --report-only            # the records and the comparison from the runs on disk
 """
 
@@ -38,7 +38,7 @@ SAMPLES = 16
 
 @dataclass
 class Args:
-    settings: list[str] = field(default_factory=lambda: ["fp32", "bf16", "bf16-fp32-head"])
+    settings: list[str] = field(default_factory=lambda: ["fp32", "bf16-fp32-head", "bf16-gen"])
     """--precision settings to run (fp32 is the reference every other is paired with)"""
     seeds: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
     """seeds of each setting"""
@@ -77,6 +77,14 @@ def record(run_dir: Path, start_avg16: float | None, auto: str) -> dict | None:
                                                                 "time/sync")), 1),
             "start_avg16": start_avg16, "end_avg16": end["eval_sampled/accuracy"], "end_greedy": end["eval/accuracy"],
             "sampler_abs_diff": statistics.fmean(diffs) if diffs else None, "auto": auto}
+
+
+def speeds(run_dir: Path) -> tuple[float, float]:
+    """(sampled tokens per second of generation, of the update) over a run's steps."""
+    run_args = json.loads((run_dir / "args.json").read_text())
+    train = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "time/generation" in r]
+    tokens = sum(r["rollout/response_len_mean"] for r in train) * run_args["prompts_per_step"] * run_args["group_size"]
+    return tokens / sum(r["time/generation"] for r in train), tokens / sum(r["time/training"] for r in train)
 
 
 def start_eval(setting: str, runs: Path, report_only: bool) -> float | None:
@@ -137,6 +145,10 @@ def main(args: Args) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(records, indent=1) + "\n")
     print(f"[parity] {len(records)} runs -> {out}; auto on this machine: {auto}")
+    for setting in dict.fromkeys(r["setting"].split()[-1] for r in records):
+        gen, upd = zip(*(speeds(runs / f"{setting}__{r['seed']}") for r in records if r["setting"].endswith(" " + setting)))
+        print(f"  {setting:>15}: generation {statistics.fmean(gen):.0f} sampled tokens/s, update {statistics.fmean(upd):.0f} "
+              f"tokens/s (mean over its runs)")
     for c in compare(records):
         lo, hi = c["avg16"]["ci"]
         print(f"  {c['setting']:>15} - fp32, seeds {c['seeds']}: avg@16 {c['avg16']['mean']:+.3f} [{lo:+.3f}, {hi:+.3f}], "
