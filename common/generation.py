@@ -129,12 +129,14 @@ class VLLMEngine:
         self.eos_ids = sorted(set(_eos_ids(self.tokenizer, generation_config)) | set(stop_ids))
         self.tied_lm_head = bool(getattr(config, "tie_word_embeddings", False))
         vllm_internals.quiet_reload_warnings(self.tied_lm_head)
-        with _preserve_rng():  # vLLM reseeds Python/NumPy/torch global RNGs with `seed`; keep the trainer's
+        # vLLM reseeds Python/NumPy/torch global RNGs with `seed`: keep the trainer's; its start prints only what matters
+        with _preserve_rng(), vllm_internals.native_output_filtered():
             self.llm = vllm.LLM(
                 model=model_path, seed=seed, max_model_len=max_model_len, dtype=_resolve_dtype(dtype),
                 gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode,
                 # What the sampler sampled from: post temperature / top-k / top-p (see module docstring).
-                logprobs_mode="processed_logprobs", enable_prefix_caching=True, enforce_eager=enforce_eager, **kwargs)
+                logprobs_mode="processed_logprobs", enable_prefix_caching=True, enforce_eager=enforce_eager,
+                use_tqdm_on_load=vllm_internals.verbose(), **kwargs)
 
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingConfig) -> list[Completion]:
         """P prompts -> P*n completions, the n samples of each prompt contiguous."""

@@ -10,14 +10,19 @@ A response that thinks first (`<think> ... </think>`) is read after its last `</
 thinking is not the answer. In this order, the first rule that finds something decides:
   1. the last `\\boxed{...}` / `\\fbox{...}` (braces matched by a linear scan, escaped `\\{ \\}` skipped),
      or `\\boxed 5` (the token after the space); if that last box is empty, never closed (truncated)
-     or over 1000 characters -> None. The boxes before it that only joiners separate (",", ";", "and",
-     `\\quad`, `\\text{and}`, up to 20 boxes) are one answer with it: `\\boxed{2}, \\boxed{4}` -> "2, 4",
-     `\\boxed{a = 12} and \\boxed{b = 7}` -> "a = 12, b = 7"; words between boxes are no joiner (the last box
-     counts), and boxes joined by "or" are a hedge -> None;
+     or over 1000 characters -> None. The boxes before it that are one answer with it (up to 20) join it:
+     where only joiners separate them (",", ";", "and", `\\quad`, `\\text{and}`: `\\boxed{2}, \\boxed{4}` ->
+     "2, 4"), where one statement holds them (a few words, no number, no end of sentence or line; markup such as
+     `\\(`, `$`, `++++` is no word: `\\boxed{12} papers and \\boxed{5} bins` -> "12, 5"), or where each
+     follows a part label ("(a)", "part (b)"), across lines; never across a word that takes a box back or hedges
+     ("wrong", "but", "actually", "check", "answer": the last box counts). Boxes joined by "or" are a hedge -> None,
+     unless each gives a value of one variable (`\\boxed{x = 2} or \\boxed{x = 3}`: the solution set "x = 2, x = 3");
   2. the last answer on the last GSM8K `#### <answer>` line;
   3. the first answer after the last "answer is" / "Answer:" / "**Answer:**" / "final answer is"
      (so "The answer is 18, checked with 2 methods" gives 18, "the answer is either 8 or 9" None); an answer
-     that is the subject of "is" is skipped: "Final Answer: The smallest $m$ is 21." -> 21;
+     that is the subject of "is" is skipped: "Final Answer: The smallest $m$ is 21." -> 21; a matrix named there
+     ("the identity matrix") is the answer; unless two or more later lines hold answers: then the solution went
+     on after an early "answer:" and rule 4 decides;
   4. the last answer in the text;
   5. else None.
 An "answer" there is a whole math span (`$...$`, `\\(...\\)`, `\\[...\\]`, `$$...$$`; adjacent spans joined by
@@ -59,10 +64,18 @@ parser (latex2sympy2_extended) without its answer rules: i is the imaginary unit
 run of letters is their product (3dc + 2ba == 2ab + 3cd; math-verify reads `dc` as one symbol and drops a final
 h or d as hours or days: \\pi r^2 h == h r^2 \\pi), and the difference must expand to 0. Only where both sides
 have a variable and no `\\text`: numbers were compared already, and words ("east", "seat") are no products.
+Three more readings there: complex numbers by value, whatever their form (`2e^{i\\pi/3}` == `1 + \\sqrt{3}i`,
+`e^{i\\pi}` == -1; 30 digits, where either side has the imaginary unit and no variable is left); a function
+identity with its argument renamed (`f(n) = n^2` == `f(x) = x^2`; "for all x" after an identity is what it says);
+a matrix named in words or by its symbol where the name fixes every entry at the gold's shape ("the identity
+matrix", `I`, `I_2` for an identity gold; "the zero matrix", `0`, `\\mathbf{0}` for a zero gold; rows listed in
+words are not read). Sums and products (`\\sum`, `\\prod`) are never evaluated: they are equal where their
+parsed trees are (sympy orders the terms and factors: `\\sum_{k=1}^{n} k x_k` == `\\sum_{k=1}^{n} x_k k`; an equation
+also with its sides swapped), so `\\sum_{k=1}^{n} k` != `\\frac{n(n+1)}{2}`.
 
 Model text is hostile input. It is never eval'ed, and before sympy sees an answer `is_unsafe` rejects
 (scores 0) what could blow up, above all in C code that no timeout interrupts: answers over 1000
-characters or 20 nested brackets; integrals, limits, sums, products; power towers (`9^{9^{9}}`,
+characters or 20 nested brackets; integrals, limits, sums, products (sums and products only to evaluate); power towers (`9^{9^{9}}`,
 `10**10**10`, `(9^{99})^{99}`); exponents or factorial/binomial arguments over 10^4; integers of more
 than ~20,000 digits (`100000000!`); polynomials of total degree over 100 or over 200 terms once
 expanded (`(x+y+z)^{50}`); and, once parsed, expressions whose expansion has over 200 terms (products of
@@ -82,6 +95,7 @@ import re
 import threading
 
 import sympy
+from sympy.core.function import AppliedUndef
 from latex2sympy2_extended.latex2sympy2 import ConversionConfig, latex2sympy  # math-verify's LaTeX parser
 from math_verify import parse, verify
 
@@ -92,6 +106,7 @@ MAX_ARG = 10_000  # largest literal allowed in an exponent or a factorial/binomi
 MAX_DIGITS = 20_000  # rough digits of the integers sympy may compute exactly (gold: 2004!, 2^{4950})
 MAX_DEGREE = 100  # total degree of the symbolic powers in an answer (gold answers reach 96)
 MAX_TERMS = 200  # terms of their expansions: (x+1)^{100} has 101, (x+y+z)^{50} 1326 (20 s)
+ANSWERED_LATER = 2  # lines with an answer after an "answer is" line: then it was no final statement, the last answer is
 MV_TIMEOUT_S = 2  # math-verify's per-step alarm (main thread only); whole seconds (signal.alarm).
 # A cold ANTLR parser takes 0.4 s on a first \left( \right) with 8 processes on 2 cores: 1 s is too tight.
 
@@ -184,10 +199,10 @@ _JOINER = re.compile(r"\s*(?:,|,?\s*(?:and|or))\s*")  # "$2$ and $-3$": one answ
 _ANCHOR = re.compile(r"\banswer\b\s*(?:\*\*)?\s*(?:is\b|:|=|\*\*)\s*(?:\*\*)?:?", re.I)  # the answer is / Answer: / **Answer**
 _HEDGE = re.compile(r"\s*,?\s*or\b", re.I)
 _SUBJECT = re.compile(r"\s*(?:is|are|was|equals|becomes)\b", re.I)
-_HEDGED_BOX = re.compile(r"\}\$?\s*,?\s*or\s*\$?\s*$")
 _CALLS = re.compile(r"\\[a-zA-Z]+|[a-zA-Z]\s*\([^()]*\)")  # commands and function calls f(2): not variables
 _LETTER = re.compile(r"[a-zA-Z]")
 _UPRIGHT = re.compile(r"\\(?:mathrm|operatorname|text|textrm)\s*\{\s*([ei])\s*\}")  # \mathrm{e}, \mathrm{i}
+_IDENTITY = re.compile(r"\s*[a-zA-Z]\s*\(\s*[a-zA-Z](?:\s*,\s*[a-zA-Z])*\s*\)\s*=")  # f(x) = ..., g(x, y) = ...
 _LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\\,|,\\!)(?=\d{3})")  # 12\,500, 12,\!500 in a math span
 
 
@@ -258,15 +273,25 @@ def _joinable(content: str) -> bool:
     return not _RELATION.search(content) and (len(sides) == 1 or (len(sides) == 2 and re.fullmatch(r"\s*[a-zA-Z]\s*", sides[0])))
 
 
+def _sides(content: str) -> list[str]:
+    """The sides of a chain `a = b = c`, split at the equals signs outside braces (`\\sum_{k=1}^{n} k = S` has two)."""
+    depth, cuts = 0, [-1]
+    for m in re.finditer(r"[{}]|" + _EQUALS.pattern, content):
+        depth += {"{": 1, "}": -1}.get(m.group(), 0)
+        if m.group() == "=" and depth == 0:
+            cuts.append(m.start())
+    return [content[a + 1 : b] for a, b in zip(cuts, cuts[1:] + [len(content)])]
+
+
 def _span_answer(content: str) -> str:
     """The answer a math span states: the last right-hand side of a chain `a = b = c` (or of
     `f(2) = 5`, whose left side is no variable), else the whole span (`x = 5`, `y = 2x + 3`, `x \\ge 2`)."""
     content = _LATEX_THOUSANDS.sub("", content)  # 12\,500 -> 12500 (math-verify reads 12\,500 as 512)
     if point := re.fullmatch(r"\s*[A-Z]\s*(\(.*\))\s*", content):
         return point.group(1)  # a labelled point A(0, 5): the label is no factor
-    sides = _EQUALS.split(content)
-    if len(sides) == 2 and _LETTER.search(_CALLS.sub("", sides[0])):
-        return content  # an equation in its variables (6x - 4y + 2z - 10 = 0), not a computation (4 \cdot 5 = 20)
+    sides = _sides(content)
+    if len(sides) == 2 and (_LETTER.search(_CALLS.sub("", sides[0])) or _IDENTITY.match(content)):
+        return content  # an equation in its variables (6x - 4y + 2z - 10 = 0, f(t) = 2t + 1), not a computation (4 \cdot 5 = 20)
     if len(sides) > 2 or (len(sides) == 2 and not re.fullmatch(r"\s*[a-zA-Z](?:_\{?\w+\}?)?\s*", sides[0])):
         return sides[-1].strip()
     return content
@@ -280,12 +305,16 @@ def _final_answer(text: str) -> str | None:
         if found:
             return found[-1][2]
     anchors = list(_ANCHOR.finditer(text))
+    if anchors and (named := _NAMED_MATRIX.match(text, anchors[-1].end())):
+        return named.group().strip(" .")  # "The answer is the identity matrix."
     if anchors:  # the last "the answer is ...": its first answer-like piece, unless it hedges ("8 or 9")
         phrase = text[anchors[-1].end() : anchors[-1].end() + 300]
         found = _candidates(phrase)
         while len(found) > 1 and _SUBJECT.match(phrase, found[0][1]):
             found = found[1:]  # "The smallest $m$ is 21": $m$ is what the sentence is about, 21 the answer
-        if found and found[0][0] < 150:
+        line_end = text.find("\n", anchors[-1].end() + (found[0][1] if found else 0))
+        later = 0 if line_end == -1 else sum(bool(_candidates(line)) for line in text[line_end:].split("\n"))
+        if found and found[0][0] < 150 and later < ANSWERED_LATER:  # else the solution went on: its last answer
             start, end, answer = found[0]
             if _HEDGE.match(phrase, end) and len(found) > 1:
                 return None
@@ -295,20 +324,72 @@ def _final_answer(text: str) -> str | None:
 
 
 _BOX_JOINER = re.compile(r"(?:\s|\$|,|;|\\[,;: ]|\\q?quad\b|\\text\{\s*(?:and|,)?\s*\}|\band\b)*")
+_MARKUP = re.compile(r"\\text\{([^{}]*)\}|\\[()\[\]]|\$|\\q?quad\b|\\[,;: !]|\++")  # \text{and} -> and; \( \) $ \quad ++++ -> ""
+_OR_GAP = re.compile(r"[\s,]*(?:either\s+)?or[\s,]*", re.I)
+_STATEMENT_END = re.compile(r"[.?!:](?=\s|$)|\n")
+_NOT_ONE_ANSWER = re.compile(  # between two boxes: they are no single answer (a hedge, a correction, a new claim)
+    r"\b(?:or|either|maybe|perhaps|possibly|probably|not|no|but|wrong|incorrect|instead|actually|rather|mistake|"
+    r"error|tried|try|check|checking|verify|wait|answer|answers|final)\b", re.I)
+_PART = re.compile(r"\bpart\s*\(?\s*(?:[a-h]|[ivx]{1,4}|\d)\b\s*\)?|(?<![\w\\^_])\(\s*(?:[a-h]|[ivx]{1,4})\s*\)", re.I)
+_SET_BEFORE = re.compile(r"(?<![\\a-zA-Z])([a-zA-Z])\s*=\s*$")  # "$x = \boxed{2}$": the box is x's value
+_SET_INSIDE = re.compile(r"\s*([a-zA-Z])\s*=(?!=)")  # "\boxed{x = 2}"
+MAX_JOIN_WORDS = 6  # "papers and", "for part (a) and": a statement's words between its boxes
+
+
+def _box_variable(text: str, box: tuple[str, int, int]) -> tuple[str | None, str]:
+    """(the variable a box gives a value of, the box's content with `x = ` in front where the variable stands before it)."""
+    if m := _SET_INSIDE.match(box[0]):
+        return m.group(1), box[0].strip()
+    if m := _SET_BEFORE.search(_MARKUP.sub("", text[max(0, box[1] - 12) : box[1]])):
+        return m.group(1), f"{m.group(1)} = {box[0].strip()}"
+    return None, box[0].strip()
+
+
+def _joins(text: str, previous: tuple[str, int, int], box: tuple[str, int, int], before: int) -> bool | None:
+    """Do two consecutive boxes make one answer (docstring of _final_boxes)? True, False, or None: a hedge."""
+    gap = text[previous[2] : box[1]]
+    if _BOX_JOINER.fullmatch(gap):
+        return True
+    words = _SET_BEFORE.sub("", _MARKUP.sub(lambda m: m.group(1) or " ", gap))  # "x =" before a box is its own
+    if _OR_GAP.fullmatch(words):  # "x = 2 or x = 3" is a solution set; "3 or 4" a hedge
+        var = _box_variable(text, previous)[0]
+        return var is not None and var == _box_variable(text, box)[0] or None
+    if re.search(r"\d", gap) or _NOT_ONE_ANSWER.search(words):
+        return False
+    if _PART.search(words) and _PART.search(_MARKUP.sub(" ", text[before : previous[1]])):
+        return True  # a box per labelled part: "(a) ... \boxed{3} ... (b) ... \boxed{7}"
+    return not _STATEMENT_END.search(words) and len(re.findall(r"[a-zA-Z]+", words)) <= MAX_JOIN_WORDS
 
 
 def _final_boxes(text: str) -> str | None:
-    """The last box's content, with the boxes before it that only joiners separate (",", "and", "\\quad",
-    "\\text{and}"): "\\boxed{2}, \\boxed{4}" -> "2, 4". None if the last box is unclosed or too long."""
+    """The final answer of a completion with a box: the last box's content, with the boxes before it that are one
+    answer with it (up to MAX_BOXES), ", "-joined; None if the last box is unclosed or too long, or a hedge.
+
+    Consecutive boxes are one answer where only joiners separate them (",", ";", "and", "\\quad", "\\text{and}":
+    "\\boxed{2}, \\boxed{4}" -> "2, 4"); where they are one statement: a few words (MAX_JOIN_WORDS), no number,
+    no end of sentence or line ("\\boxed{12} papers and \\boxed{5} bins" -> "12, 5"; math markup between them, as
+    `\\(\\boxed{2}\\) and \\(\\boxed{3}\\)` or `++++`, is no word); or where each box follows a part label of its own
+    ("(a)", "part (b)"), across sentences. Never where a word between them takes a box back or hedges ("wrong",
+    "but", "actually", "check", "answer", ...: the last box counts). Boxes joined by "or" are a hedge (None), unless
+    each gives a value of the same variable: `\\boxed{x = 2} or \\boxed{x = 3}`, `$p = \\boxed{-1}$ or
+    $p = \\boxed{2}$` state a solution set ("x = 2, x = 3"); a box whose variable stands before it gets it back
+    (`x = ` before its content) when it is joined."""
     box = _last_box(text, len(text), MAX_ANSWER_CHARS)
     if box is None:
         return None
-    contents, k = [box[0].strip()], box[1]
-    while (len(contents) < MAX_BOXES and (previous := _last_box(text, k, MAX_ANSWER_CHARS))
-           and previous[2] <= k and _BOX_JOINER.fullmatch(text, previous[2], k)):
-        contents.insert(0, previous[0].strip())
-        k = previous[1]
-    return ", ".join(c for c in contents if c) or None
+    boxes = [box]
+    while len(boxes) < MAX_BOXES and (previous := _last_box(text, boxes[0][1], MAX_ANSWER_CHARS)) \
+            and previous[2] <= boxes[0][1]:
+        earlier = _last_box(text, previous[1], MAX_ANSWER_CHARS)
+        joined = _joins(text, previous, boxes[0], earlier[2] if earlier and earlier[2] <= previous[1] else 0)
+        if joined is None:
+            return None  # "\boxed{3} or \boxed{4}": no single final answer
+        if not joined:
+            break
+        boxes.insert(0, previous)
+    if len(boxes) == 1:
+        return box[0].strip() or None
+    return ", ".join(c for c in (_box_variable(text, b)[1] for b in boxes) if c) or None
 
 
 def extract_answer(text: str) -> str | None:
@@ -320,8 +401,6 @@ def extract_answer(text: str) -> str | None:
     if think != -1:  # the answer follows the thinking; a draft inside it is not the answer
         text = text[think + len("</think>") :]
     if "\\boxed" in text or "\\fbox" in text:
-        if _HEDGED_BOX.search(text[: _box_start(text, len(text))]):
-            return None  # "\boxed{3} or \boxed{4}": no single final answer
         return _final_boxes(text)
     answer = _final_answer(text[-20_000:])  # the final answer is at the end; a bound keeps hostile text fast
     return (answer.strip() or None) if answer is not None else None
@@ -551,16 +630,67 @@ def _as_products(e: sympy.Expr, source: str) -> sympy.Expr:
     return e.subs(subs) if subs else e
 
 
+_SUMS = re.compile(r"\\(?:sum|prod)(?![a-zA-Z])")
+_NOT_SUMS = re.compile(r"\\(?:[io]*int|lim)(?![a-zA-Z])")
+_IMAGINARY = re.compile(r"(?<![\\a-zA-Z_])i(?![a-zA-Z])")  # the imaginary unit, not the i of a_i or \pi
+_FOR_ALL = re.compile(r"\s*,?\s*(?:\\(?:text|mbox)\{\s*(?:for|holds for)\s+(?:all|every|each)\b[^{}]*\}|\\forall\b"
+                      r"|\b(?:for|holds for)\s+(?:all|every|each)\b).*$", re.S)
+_NAMED_MATRIX = re.compile(r"\s*(?:\\text\{\s*)?(?:the\s+)?(?:(?P<identity>identity)|zero|null)\s+matrix\s*\}?\s*", re.I)
+_MATRIX_SYMBOL = re.compile(r"\s*(?:\\mathbf\{\s*|\\mathrm\{\s*)?(?:(?P<identity>I)|O|0)(?:_\{?\d+\}?)?\s*\}?\s*")
+
+
+def _structure_equal(pred: str, gold: str) -> bool:
+    """Sums and products (`\\sum`, `\\prod`) as written, never evaluated (sympy may sum for minutes): equal where
+    their parsed trees are, which sympy builds with the terms and factors of each sum and product in one canonical
+    order (`\\sum_{k=1}^{n} k x_k` == `\\sum_{k=1}^{n} x_k k`); an equation also with its sides swapped."""
+    a, b = _expression(pred), _expression(gold)
+    if not (isinstance(a, sympy.Basic) and isinstance(b, sympy.Basic)):
+        return False
+    a, b = _as_products(a, pred), _as_products(b, gold)
+    if isinstance(a, sympy.Eq) and isinstance(b, sympy.Eq):
+        return sympy.srepr(a.lhs - a.rhs) in (sympy.srepr(b.lhs - b.rhs), sympy.srepr(b.rhs - b.lhs))
+    return sympy.srepr(a) == sympy.srepr(b)
+
+
+def _function_rule(e: object) -> tuple | None:
+    """(name, arguments, rule) of a function identity `f(x) = rule`, or None."""
+    if isinstance(e, sympy.Eq) and isinstance(e.lhs, AppliedUndef) and e.lhs.args \
+            and all(isinstance(x, sympy.Symbol) for x in e.lhs.args) and len(set(e.lhs.args)) == len(e.lhs.args):
+        return e.lhs.func.__name__, e.lhs.args, e.rhs
+    return None
+
+
+def _named_matrix(pred: str, gold: tuple) -> bool:
+    """A matrix the answer names ("the identity matrix", `I`, `I_2`, "the zero matrix", `0`), equal to the gold
+    matrix where the name fixes every entry at the gold's shape."""
+    named = _NAMED_MATRIX.fullmatch(pred) or _MATRIX_SYMBOL.fullmatch(pred)
+    matrix = next((x for x in gold if isinstance(x, sympy.MatrixBase)), None)
+    if not named or matrix is None:
+        return False
+    if named.group("identity"):
+        return matrix.is_square and matrix == sympy.eye(matrix.rows)
+    return all(x == 0 for x in matrix)
+
+
 def _algebra_equal(pred: str, gold: str) -> bool:
     """Equal as expressions by math-verify's own LaTeX parser without its answer rules: math-verify keeps i a symbol
     ((1+i)^2 != 2i), reads the `dc` of 3dc as one symbol and drops a trailing h or d as a unit (hours, days)."""
-    if not (_SYMBOLIC.search(pred) and _SYMBOLIC.search(gold)) or _TEXT_CMD.search(pred + gold):
-        return False  # numbers compare in verify; words ("east" vs "seat") are no products
+    imaginary = bool(_IMAGINARY.search(pred) or _IMAGINARY.search(gold))
+    if not (_SYMBOLIC.search(pred) and _SYMBOLIC.search(gold) or imaginary) or _TEXT_CMD.search(pred + gold):
+        return False  # real numbers compare in verify; words ("east" vs "seat") are no products
     a, b = _expression(pred), _expression(gold)
+    rules = _function_rule(a), _function_rule(b)
+    if all(rules) and rules[0][0] == rules[1][0] and len(rules[0][1]) == len(rules[1][1]):
+        # f(n) = n^2 is f(x) = x^2: the same rule, its argument renamed
+        a, b = rules[0][2].subs(dict(zip(rules[0][1], rules[1][1])), simultaneous=True), rules[1][2]
     if not (isinstance(a, sympy.Expr) and isinstance(b, sympy.Expr)):
         return False
     diff = _as_products(a, pred) - _as_products(b, gold)
-    return _expanded_terms(diff) <= MAX_TERMS and sympy.expand(diff) == 0
+    if _expanded_terms(diff) > MAX_TERMS:
+        return False
+    if imaginary and not diff.free_symbols:  # two complex numbers in any form (2e^{i\\pi/3}, 1 + \\sqrt{3}i): by value
+        return abs(complex(sympy.N(diff, 30))) < 1e-20
+    return sympy.expand(diff) == 0
 
 
 def _expanded_terms(e: sympy.Basic) -> int:
@@ -580,10 +710,13 @@ def is_equiv(pred: str, gold: str) -> bool:
     """True if two answer strings are mathematically equivalent (decisions in the module docstring)."""
     try:
         pred, gold = clean_text(pred).strip().rstrip("."), clean_text(gold).strip().rstrip(".")
+        pred, gold = (_FOR_ALL.sub("", x) if _IDENTITY.match(x) else x for x in (pred, gold))  # f(x) = x for all x
+        if pred == gold and pred:
+            return not is_unsafe(pred)
+        if _SUMS.search(pred + gold) and not _NOT_SUMS.search(pred + gold):
+            return not any(is_unsafe(_SUMS.sub(" ", x)) for x in (pred, gold)) and _structure_equal(pred, gold)
         if not pred or not gold or is_unsafe(pred) or is_unsafe(gold) or is_undone_computation(pred, gold):
             return False
-        if pred == gold:
-            return True
         pred, gold = (_as_matrix(_UPRIGHT.sub(r"\1", x)) for x in (pred, gold))  # \mathrm{e} is e; [[1, 2]] a matrix
         use_alarm = _in_main_thread()
         p, g = _parse(pred, use_alarm), _parse(gold, use_alarm)
@@ -591,7 +724,7 @@ def is_equiv(pred: str, gold: str) -> bool:
             return False  # a product of sums that simplify would expand for minutes (is_unsafe bounds powers only)
         if p and g and verify(list(g), list(p), timeout_seconds=MV_TIMEOUT_S if use_alarm else None):
             return True
-        if _algebra_equal(pred, gold):
+        if _algebra_equal(pred, gold) or (g and _named_matrix(pred, g)):
             return True
         # a percent sign on one side only is also read as a unit: 12.5% == 12.5 (as 50% == 50 above)
         unit = [re.sub(r"\s*\\?%$", "", x) for x in (pred, gold)]

@@ -25,7 +25,7 @@ class LogprobModel(nn.Module):
     """A causal LM whose forward returns per-token log-probs and entropies [B, T], never full logits.
 
     Both carry gradients: an entropy bonus in a script's loss trains. Logging the entropy only costs
-    nothing in backward: `_ChunkLogprobs` keeps no logits, recomputes them in backward, and adds the
+    nothing in backward: `_Logprobs` keeps no logits, recomputes them in backward, and adds the
     entropy's term there only when the entropy received a gradient.
     """
 
@@ -44,67 +44,80 @@ class LogprobModel(nn.Module):
         h = hidden[:, :-1][targets_mask]  # [M, H]
         targets = input_ids[:, 1:][targets_mask]  # [M]
         lm_head = self.lm.get_output_embeddings()
-        logps, entropies = [], []
-        for i in range(0, h.shape[0], self.chunk_size):
-            lp, ent = _ChunkLogprobs.apply(h[i : i + self.chunk_size], targets[i : i + self.chunk_size], lm_head.weight,
-                                           lm_head.bias, temperature, self.fp32_head)
-            logps.append(lp)
-            entropies.append(ent)
+        logps, entropies = _Logprobs.apply(h, targets, lm_head.weight, lm_head.bias, temperature, self.fp32_head,
+                                           self.chunk_size)  # [M] each
         logprobs = hidden.new_zeros(input_ids.shape, dtype=torch.float32)  # [B, T]
         entropy = hidden.new_zeros(input_ids.shape, dtype=torch.float32)
-        logprobs[:, 1:][targets_mask] = torch.cat(logps) if logps else h.new_zeros(0, dtype=torch.float32)
-        entropy[:, 1:][targets_mask] = torch.cat(entropies) if entropies else h.new_zeros(0, dtype=torch.float32)
+        logprobs[:, 1:][targets_mask] = logps
+        entropy[:, 1:][targets_mask] = entropies
         return logprobs, entropy
 
 
-class _ChunkLogprobs(torch.autograd.Function):
-    """(log p(target), entropy) of one chunk of hidden states [c, H] under the LM head, at a temperature.
+class _Logprobs(torch.autograd.Function):
+    """(log p(target), entropy) [M] of hidden states [M, H] under the LM head, at a temperature, chunk by chunk.
 
-    The [c, V] logits exist only inside forward and, recomputed, inside backward: nothing of size V is kept
-    between the two (what activation checkpointing would give, without its recomputed entropy branch staying
-    alive when the entropy only is logged). With z = logits / T, p = softmax(z), H = -sum p log p:
+    The [c, V] logits of a chunk of c rows exist only inside forward and, recomputed, inside backward: nothing of
+    size V is kept between the two (what activation checkpointing would give, without its recomputed entropy
+    branch staying alive when the entropy only is logged). With z = logits / T, p = softmax(z), H = -sum p log p:
         d log p_t / dz = onehot_t - p          d H / dz = -p * (log p + H)
-    Under autocast the logits come from the same autocast matmul in forward and backward; with `fp32_head`, from
-    an fp32 matmul of the fp32 hidden states (the residual stream stays fp32 under autocast) in both.
+    Under bf16 autocast the matmuls run in bf16, as autocast would run them, on a bf16 copy of the head's weight
+    made once per call (kept for backward), not once per chunk and matmul; with `fp32_head` in fp32, on the fp32
+    hidden states (the residual stream stays fp32 under autocast). The log-softmax is fp32 in every case.
     """
 
     @staticmethod
-    def forward(ctx, h, targets, weight, bias, temperature: float, fp32_head: bool = False):
+    def forward(ctx, h, targets, weight, bias, temperature: float, fp32_head: bool, chunk_size: int):
         device = h.device.type
-        ctx.autocast = (torch.is_autocast_enabled(device) and not fp32_head, torch.get_autocast_dtype(device))
-        ctx.temperature = temperature
-        ctx.save_for_backward(h, targets, weight, bias)
+        low = torch.is_autocast_enabled(device) and not fp32_head
+        dtype = torch.get_autocast_dtype(device) if low else torch.float32
+        x, w = h.to(dtype), weight.to(dtype)  # the weight's cast: once here, for every chunk, forward and backward
+        b = None if bias is None else bias.to(dtype)
+        ctx.temperature, ctx.chunk_size = temperature, chunk_size
+        ctx.save_for_backward(x, targets, w, b)
+        ctx.dtypes = h.dtype, weight.dtype, None if bias is None else bias.dtype
         ctx.set_materialize_grads(False)  # an output nobody differentiates (the logged entropy) gets None
-        with torch.autocast(device, dtype=ctx.autocast[1], enabled=ctx.autocast[0]):
-            logits = F.linear(h if ctx.autocast[0] else h.float(), weight, bias)
-        logp_all = (logits.float() / temperature).log_softmax(-1)  # [c, V]
-        return logp_all.gather(-1, targets[:, None]).squeeze(-1), -(logp_all.exp() * logp_all).sum(-1)
+        logps, entropies = [], []
+        with torch.autocast(device, enabled=False):
+            for i in range(0, x.shape[0], chunk_size):
+                logp_all = (F.linear(x[i : i + chunk_size], w, b).float() / temperature).log_softmax(-1)  # [c, V]
+                logps.append(logp_all.gather(-1, targets[i : i + chunk_size, None]).squeeze(-1))
+                entropies.append(-(logp_all.exp() * logp_all).sum(-1))
+        empty = x.new_zeros(0, dtype=torch.float32)
+        return (torch.cat(logps), torch.cat(entropies)) if logps else (empty, empty.clone())
 
     @staticmethod
     def backward(ctx, grad_logp, grad_entropy):
-        h, targets, weight, bias = ctx.saved_tensors
-        enabled, dtype = ctx.autocast
-        with torch.autocast(h.device.type, dtype=dtype, enabled=enabled):
-            logits = F.linear(h if enabled else h.float(), weight, bias)
-        matmul_dtype = logits.dtype
-        logp_all = logits.float().div_(ctx.temperature).log_softmax(-1)  # [c, V]; at most three [c, V] at once below
-        del logits
-        p = logp_all.exp()
-        grad_z = None
-        if grad_entropy is not None:  # -p (log p + H) g, in place of log p
-            entropy = -(p * logp_all).sum(-1, keepdim=True)
-            grad_z = logp_all.add_(entropy).mul_(p).mul_(-grad_entropy[:, None])
-        del logp_all
-        if grad_logp is not None:  # (onehot - p) g, in place of p
-            p.mul_(-grad_logp[:, None]).scatter_add_(1, targets[:, None], grad_logp[:, None].float())
-            grad_z = p if grad_z is None else grad_z.add_(p)
-        if grad_z is None:
-            return None, None, None, None, None, None
-        grad_logits = grad_z.div_(ctx.temperature).to(matmul_dtype)  # [c, V], in the dtype the matmul ran in
-        grad_h = (grad_logits @ weight.to(matmul_dtype)).to(h.dtype) if ctx.needs_input_grad[0] else None
-        grad_w = (grad_logits.T @ h.to(matmul_dtype)).to(weight.dtype) if ctx.needs_input_grad[2] else None
-        grad_b = grad_logits.sum(0).to(bias.dtype) if bias is not None and ctx.needs_input_grad[3] else None
-        return grad_h, None, grad_w, grad_b, None, None
+        x, targets, w, b = ctx.saved_tensors
+        h_dtype, w_dtype, b_dtype = ctx.dtypes
+        c = ctx.chunk_size
+        if grad_logp is None and grad_entropy is None:
+            return (None,) * 7
+        grad_h = torch.empty_like(x, dtype=h_dtype) if ctx.needs_input_grad[0] else None
+        grad_w = torch.zeros_like(w, dtype=w_dtype) if ctx.needs_input_grad[2] else None
+        grad_b = torch.zeros_like(b, dtype=b_dtype) if b is not None and ctx.needs_input_grad[3] else None
+        with torch.autocast(x.device.type, enabled=False):
+            for i in range(0, x.shape[0], c):
+                xc = x[i : i + c]
+                logp_all = F.linear(xc, w, b).float().div_(ctx.temperature).log_softmax(-1)  # [c, V]; at most 3 [c, V]
+                p = logp_all.exp()
+                grad_z = None
+                if grad_entropy is not None:  # -p (log p + H) g, in place of log p
+                    entropy = -(p * logp_all).sum(-1, keepdim=True)
+                    grad_z = logp_all.add_(entropy).mul_(p).mul_(-grad_entropy[i : i + c, None])
+                del logp_all
+                if grad_logp is not None:  # (onehot - p) g, in place of p
+                    g = grad_logp[i : i + c, None]
+                    p.mul_(-g).scatter_add_(1, targets[i : i + c, None], g.float())
+                    grad_z = p if grad_z is None else grad_z.add_(p)
+                grad_logits = grad_z.div_(ctx.temperature).to(w.dtype)  # [c, V], in the dtype the matmul ran in
+                del p, grad_z
+                if grad_h is not None:
+                    grad_h[i : i + c] = grad_logits @ w
+                if grad_w is not None:
+                    grad_w += grad_logits.T @ xc
+                if grad_b is not None:
+                    grad_b += grad_logits.sum(0)
+        return grad_h, None, grad_w, grad_b, None, None, None
 
 
 class ValueModel(nn.Module):

@@ -10,6 +10,7 @@ and `from_pretrained` can load it) under the cache directory. It is that de-quan
 bf16 weights: every figure measured with it is of the copy.
 """
 
+import functools
 import importlib.util
 import os
 import shutil
@@ -22,6 +23,7 @@ from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from common.errors import MissingPath
+from common.vllm_internals import verbose
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 CACHE_DIR = Path(os.environ.get("RL_MATH_CACHE", Path.home() / ".cache" / "rl-math-reasoning"))
@@ -62,6 +64,20 @@ def _adds_bos(gguf: Path) -> bool:
     return bool(field is not None and field.parts[-1][0])
 
 
+@contextmanager
+def _quiet_gguf_bar():
+    """transformers' per-tensor de-quantization bar (its own tqdm, which its progress-bar switch does not reach) is off:
+    resolve_model says what happens in one line. RL_MATH_VERBOSE=1: on."""
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    bar = gguf_utils.tqdm
+    gguf_utils.tqdm = bar if verbose() else functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = bar
+
+
 def resolve_model(name: str) -> str:
     """Return a local directory or hub id that `from_pretrained` and vLLM can load."""
     if name not in EMBEDDED:
@@ -77,7 +93,9 @@ def resolve_model(name: str) -> str:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         if _adds_bos(gguf):
             tokenizer.add_bos_token = True
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        print(f"model: {name}, first use: de-quantizing its GGUF to fp32 in {out}", flush=True)
+        with _quiet_gguf_bar():
+            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
         model.hf_quantizer = None  # de-quantized already; without this save_pretrained refuses
         model.config.quantization_config = None
         del model.config.quantization_config

@@ -24,8 +24,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from accelerate import Accelerator
+import transformers
 import tyro
+from accelerate import Accelerator
 from accelerate.utils import ProjectConfiguration, set_seed
 
 from common.data import TEMPLATES
@@ -40,9 +41,12 @@ TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}
 def cli(main: Callable, args_type: type) -> None:
     """Parse the flags into `args_type` (tyro: `--help` lists them, a value outside a flag's choices is refused) and
     run `main`; a bad flag, data spec, path or missing package ends the run with one line that names it, exit 1.
-    Freed memory stays in the process for the next step (keep_freed_memory)."""
+    Freed memory stays in the process for the next step (keep_freed_memory). The script's own lines and bars are
+    the screen: transformers' weight-loading and shard-writing bars are off (RL_MATH_VERBOSE=1: on)."""
     args = tyro.cli(args_type)
     keep_freed_memory()
+    if not verbose():
+        transformers.utils.logging.disable_progress_bar()
     try:
         main(args)
     except UsageError as e:

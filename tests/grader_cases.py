@@ -653,4 +653,71 @@ C("plain_chain", "The answer is 5 - 2^2 = 1.", "1", True, "a power inside a chai
 C("plain_chain", "The answer is 2^3^4.", "2", False, "a power tower is one answer (refused, as towers are), not its base")
 C("plain_chain", "The answer is 2^{3^4}.", "81", False, "nor is a braced tower's exponent the answer")
 
+# ------------------------------------------------------------------------------------------------
+# The kinds below (2026-12-07) were written from descriptions of where math-verify won on public grader suites that
+# this project does not test against: several boxes that one statement joins by words or markup, a box per part, an
+# "or" between values of one variable, a long solution after an early "answer:", sums as written, complex numbers in
+# polar form, function identities, and matrices named in words. The rules: docs/grading.md.
+# ------------------------------------------------------------------------------------------------
+C("box_statement", r"She needs \boxed{12} papers and \boxed{5} bins.", "12, 5", True,
+  "a few words of one statement between the boxes: one answer")
+C("box_statement", r"She needs \boxed{12} papers and \boxed{5} bins.", r"\boxed{12,5}", True, "")
+C("box_statement", r"So \(\boxed{2}\) and \(\boxed{3}\).", r"\{2, 3\}", True, "each box in its own \\( \\)")
+C("box_statement", r"\boxed{-1} ++++ \boxed{\frac{15}{8}}", r"p=-1,p=\frac{15}{8}", True, "markup between the boxes")
+C("box_statement", r"She needs \boxed{12} papers and \boxed{5} bins.", "5", False, "a list is not one of its values")
+C("box_statement", r"There are \boxed{12} apples. After lunch, \boxed{7} are left.", "12, 7", False,
+  "a sentence ends between them: the last box counts")
+C("box_statement", r"There are \boxed{12} apples. After lunch, \boxed{7} are left.", "7", True, "")
+C("box_statement", r"We get \boxed{12}, but actually it is \boxed{7}.", "12, 7", False, "a correction: the last box")
+C("box_statement", r"We get \boxed{12}, but actually it is \boxed{7}.", "7", True, "")
+C("box_statement", r"\boxed{12} minus 5 is \boxed{7}.", "7", True, "a number between the boxes: a computation, not a list")
+C("box_per_part", r"The answer is \boxed{3} for part (a) and \boxed{7} for part (b).", "3, 7", True, "")
+C("box_per_part", r"For part (a) the answer is \boxed{3}, and for part (b) it is \boxed{7}.", "3, 7", True, "")
+C("box_per_part", "(a) The speed is \\boxed{12} m/s.\n(b) The time taken is \\boxed{5} s.", "12, 5", True,
+  "a part label before each box: one answer across lines")
+C("box_per_part", "(a) The speed is \\boxed{12} m/s.\n(b) The time taken is \\boxed{5} s.", "5", False, "")
+C("box_per_part", "(a) The speed is \\boxed{12} m/s.\n(b) The time taken is \\boxed{6} s.", "12, 5", False, "one part wrong")
+C("solution_set_or", r"$p = \boxed{-1}$ or $p = \boxed{\frac{15}{8}}$", r"p=-1,p=\frac{15}{8}", True,
+  "'or' between values of one variable states its solution set")
+C("solution_set_or", r"\boxed{x = 2} \quad \text{or} \quad \boxed{x = 3}", "2, 3", True, "")
+C("solution_set_or", r"\boxed{x = 2} \quad \text{or} \quad \boxed{x = 3}", "2", False, "a set is not one of its values")
+C("solution_set_or", r"It is \boxed{3} or \boxed{4}.", "3", False, "bare values joined by 'or': a hedge, no answer")
+C("solution_set_or", r"$x = \boxed{2}$ or $y = \boxed{3}$", "2, 3", False, "two variables: a hedge")
+C("answer_then_work", "Let me work out the answer: first, 12 / 4 = 3.\nNext, 3 + 8 = 11.\nTherefore the total is 11.",
+  "11", True, "an early 'answer:' that two later lines of work follow is no final statement: the last answer")
+C("answer_then_work", "Let me work out the answer: first, 12 / 4 = 3.\nNext, 3 + 8 = 11.\nTherefore the total is 11.",
+  "3", False, "")
+C("answer_then_work", "The answer is 18.\nCheck: 18 \\times 2 = 36, as required.", "18", True,
+  "one line of checking after the answer: the anchor still counts")
+C("answer_then_work", "The answer is 18.\nCheck: 18 \\times 2 = 36, as required.", "36", False, "")
+C("sum_order", r"$\sum_{k=1}^{n} k x_k = S$", r"\sum_{k=1}^{n} x_k k = S", True, "factors in another order")
+C("sum_order", r"\boxed{\sum_{i=1}^{n} a_i b_i}", r"\sum_{i=1}^{n} b_i a_i", True, "")
+C("sum_order", r"\boxed{\sum_{i=1}^{n} a_i}", r"\sum_{i=1}^{n} b_i a_i", False, "")
+C("sum_order", r"\boxed{\sum_{k=1}^{n} k x_k}", r"\sum_{k=1}^{m} k x_k", False, "other bounds")
+C("sum_order", r"\boxed{\sum_{k=1}^{n} k}", r"\frac{n(n+1)}{2}", False,
+  "a sum is compared as written, never evaluated (math-verify may evaluate it; sympy can sum for minutes)")
+C("complex_forms", r"\boxed{2e^{i\pi/3}}", r"1+\sqrt{3}i", True, "polar form against the algebraic form: by value")
+C("complex_forms", r"\boxed{\sqrt{2} e^{i \pi/4}}", "1+i", True, "")
+C("complex_forms", r"\boxed{-1}", r"e^{i\pi}", True, "")
+C("complex_forms", r"\boxed{2e^{i\pi/6}}", r"1+\sqrt{3}i", False, "another angle")
+C("complex_forms", r"\boxed{e^{i \pi/4}}", "1+i", False, "another modulus")
+C("function_identity", r"\boxed{f(n) = n^2}", "f(x) = x^2", True, "the same rule with its argument renamed")
+C("function_identity", r"\boxed{f(x) = x}", r"f(x)=x \text{ for all } x", True, "'for all x' is what the identity says")
+C("function_identity", r"So $f(t) = 2t + 1$.", "f(x) = 2x+1", True, "")
+C("function_identity", r"\boxed{f(n) = n^2 + 1}", "f(x) = x^2", False, "")
+C("function_identity", r"\boxed{f(x) = 2x}", r"f(x)=x \text{ for all } x", False, "")
+C("named_matrix", "The answer is the identity matrix.", r"\begin{pmatrix}1&0\\0&1\end{pmatrix}", True, "the name fixes every entry at the gold's shape")
+C("named_matrix", r"\boxed{I}", r"\begin{pmatrix}1&0\\0&1\end{pmatrix}", True, "")
+C("named_matrix", r"\boxed{\text{the zero matrix}}", r"\begin{pmatrix}0&0\\0&0\end{pmatrix}", True, "")
+C("named_matrix", r"\boxed{\mathbf{0}}", r"\begin{pmatrix}0&0\\0&0\end{pmatrix}", True, "")
+C("named_matrix", "The answer is the identity matrix.", r"\begin{pmatrix}1&1\\0&1\end{pmatrix}", False, "")
+C("named_matrix", r"\boxed{I}", r"\begin{pmatrix}0&0\\0&0\end{pmatrix}", False, "")
+C("named_matrix", "The matrix has rows 1, 0 and 0, 1.", r"\begin{pmatrix}1&0\\0&1\end{pmatrix}", False,
+  "rows in words are not read (rows or columns? which list is which?): its last number counts")
+C("answer_parenthesized", r"Answer \( (10) \)", "10", True, "an answer in parentheses after the word")
+C("answer_parenthesized", r"Answer \( (12) \) cm", "12", True, "")
+C("answer_parenthesized", "Answer (12)", "12", True, "")
+C("answer_parenthesized", r"Answer \( (9+1) \)", "9+1", True, "")
+C("answer_parenthesized", r"Answer \( (9+1) \)", "10", False, UNDONE + " (math-verify evaluates it and pays)")
+
 assert all(len(c) == 5 and isinstance(c[3], bool) for c in CASES)

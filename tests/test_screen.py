@@ -1,0 +1,43 @@
+"""What the main job shows on a new machine: its own lines and progress bars, no library's bars, notes or blank lines."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# what transformers, vLLM and torch print at a start unless told otherwise (seen on a fresh clone's `make run`)
+FOREIGN = ("Loading weights", "Loading safetensors checkpoint shards", "Writing model shards",
+           "Converting and de-quantizing GGUF tensors", "NUMA binding", "INFO ")
+
+
+def screen(text: str) -> list[str]:
+    """The lines a terminal ends up showing: each line's last carriage-return segment (a bar's last state)."""
+    return [line.rsplit("\r", 1)[-1] for line in text.replace("\r\n", "\n").split("\n")][:-1]
+
+
+def test_screen_keeps_a_bars_last_state_and_blank_lines():
+    assert screen("a\rb\rc\n\nd\n") == ["c", "", "d"]
+
+
+@pytest.mark.heavy
+@pytest.mark.timeout(900)
+def test_the_main_job_prints_only_its_own_lines_on_a_new_machine(tmp_path):
+    # the embedded model de-quantized anew (a new machine's first run), vLLM's engine on CPU, one short step
+    env = dict(os.environ, RL_MATH_CACHE=str(tmp_path / "cache"))
+    env.pop("RL_MATH_VERBOSE", None)
+    out = subprocess.run([sys.executable, "lite_ppo.py", "--total-steps", "1", "--prompts-per-step", "2", "--group-size",
+                          "2", "--max-new-tokens", "16", "--eval-size", "2", "--eval-samples", "2", "--precision", "fp32",
+                          "--output-dir", str(tmp_path / "runs"), "--run-name", "run"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = screen(out.stdout) + screen(out.stderr)
+    foreign = [line for line in lines if any(f in line for f in FOREIGN)]
+    assert not foreign, "\n".join(foreign)
+    assert all(line.strip() for line in lines), lines  # no blank line
+    text = "\n".join(lines)
+    for ours in ("precision: fp32 (--precision fp32", "model: smollm2-135m-instruct, first use: de-quantizing its GGUF",
+                 "held-out accuracy before step 0:", "lite_ppo: 100%", "held-out avg@2 at step 1:", "run in "):
+        assert ours in text, text
