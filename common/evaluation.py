@@ -174,9 +174,14 @@ class HeldOut:
             self.first = (step, accuracy)
             self.accelerator.print(f"held-out accuracy before step {step}: {accuracy:.3f} ({len(self.rows)} problems)")
         else:
-            self.accelerator.print(f"step {step}: held-out accuracy {accuracy:.3f}")
+            self._say(f"step {step}: held-out accuracy {accuracy:.3f}")
         self.last = (step, accuracy)
         return accuracy
+
+    def _say(self, line: str) -> None:
+        """A line on the main process's screen, above a running progress bar rather than inside it."""
+        if self.accelerator.is_main_process:
+            tqdm.write(line)
 
     def finish(self) -> None:
         """avg@--eval-samples after the last step, sampled as the rollouts are, and the run's last line."""

@@ -37,6 +37,7 @@ def test_the_main_job_prints_only_its_own_lines_on_a_new_machine(tmp_path):
     foreign = [line for line in lines if any(f in line for f in FOREIGN)]
     assert not foreign, "\n".join(foreign)
     assert all(line.strip() for line in lines), lines  # no blank line
+    assert any(line.startswith("step 1: held-out accuracy") for line in lines), lines  # above the bar, not in it
     text = "\n".join(lines)
     for ours in ("precision: fp32 (--precision fp32", "model: smollm2-135m-instruct, first use: de-quantizing its GGUF",
                  "held-out accuracy before step 0:", "lite_ppo: 100%", "held-out avg@2 at step 1:", "run in "):
