@@ -329,7 +329,9 @@ _OR_GAP = re.compile(r"[\s,]*(?:either\s+)?or[\s,]*", re.I)
 _STATEMENT_END = re.compile(r"[.?!:](?=\s|$)|\n")
 _NOT_ONE_ANSWER = re.compile(  # between two boxes: they are no single answer (a hedge, a correction, a new claim)
     r"\b(?:or|either|maybe|perhaps|possibly|probably|not|no|but|wrong|incorrect|instead|actually|rather|mistake|"
-    r"error|tried|try|check|checking|verify|wait|answer|answers|final)\b", re.I)
+    r"error|tried|try|check|checking|verify|wait|answer|answers|final|finally|then|so|hence|thus|therefore|first|"
+    r"next|now|after|later|again|reflection|reconsider|recheck|correct|corrected|correction|revised|gives|yields)\b",
+    re.I)
 _PART = re.compile(r"\bpart\s*\(?\s*(?:[a-h]|[ivx]{1,4}|\d)\b\s*\)?|(?<![\w\\^_])\(\s*(?:[a-h]|[ivx]{1,4})\s*\)", re.I)
 _SET_BEFORE = re.compile(r"(?<![\\a-zA-Z])([a-zA-Z])\s*=\s*$")  # "$x = \boxed{2}$": the box is x's value
 _SET_INSIDE = re.compile(r"\s*([a-zA-Z])\s*=(?!=)")  # "\boxed{x = 2}"
