@@ -312,15 +312,23 @@ def _final_answer(text: str) -> str | None:
         found = _candidates(phrase)
         while len(found) > 1 and _SUBJECT.match(phrase, found[0][1]):
             found = found[1:]  # "The smallest $m$ is 21": $m$ is what the sentence is about, 21 the answer
-        line_end = text.find("\n", anchors[-1].end() + (found[0][1] if found else 0))
-        later = 0 if line_end == -1 else sum(bool(_candidates(line)) for line in text[line_end:].split("\n"))
-        if found and found[0][0] < 150 and later < ANSWERED_LATER:  # else the solution went on: its last answer
+        if found and found[0][0] < 150 and not _answered_later(text, anchors[-1].end() + found[0][1]):
             start, end, answer = found[0]
             if _HEDGE.match(phrase, end) and len(found) > 1:
                 return None
             return answer
     found = _candidates(text)
     return found[-1][2] if found else None
+
+
+def _answered_later(text: str, pos: int) -> bool:
+    """Do ANSWERED_LATER lines after the one holding `pos` have answers? Then the solution went on after it."""
+    line_end, later = text.find("\n", pos), 0
+    for line in text[line_end:].split("\n") if line_end != -1 else []:
+        later += bool(_candidates(line))
+        if later >= ANSWERED_LATER:
+            return True
+    return False
 
 
 _BOX_JOINER = re.compile(r"(?:\s|\$|,|;|\\[,;: ]|\\q?quad\b|\\text\{\s*(?:and|,)?\s*\}|\band\b)*")
@@ -379,9 +387,8 @@ def _final_boxes(text: str) -> str | None:
     box = _last_box(text, len(text), MAX_ANSWER_CHARS)
     if box is None:
         return None
-    boxes = [box]
-    while len(boxes) < MAX_BOXES and (previous := _last_box(text, boxes[0][1], MAX_ANSWER_CHARS)) \
-            and previous[2] <= boxes[0][1]:
+    boxes, previous = [box], _last_box(text, box[1], MAX_ANSWER_CHARS)
+    while len(boxes) < MAX_BOXES and previous and previous[2] <= boxes[0][1]:
         earlier = _last_box(text, previous[1], MAX_ANSWER_CHARS)
         joined = _joins(text, previous, boxes[0], earlier[2] if earlier and earlier[2] <= previous[1] else 0)
         if joined is None:
@@ -389,6 +396,7 @@ def _final_boxes(text: str) -> str | None:
         if not joined:
             break
         boxes.insert(0, previous)
+        previous = earlier
     if len(boxes) == 1:
         return box[0].strip() or None
     return ", ".join(c for c in (_box_variable(text, b)[1] for b in boxes) if c) or None
@@ -713,12 +721,13 @@ def is_equiv(pred: str, gold: str) -> bool:
     try:
         pred, gold = clean_text(pred).strip().rstrip("."), clean_text(gold).strip().rstrip(".")
         pred, gold = (_FOR_ALL.sub("", x) if _IDENTITY.match(x) else x for x in (pred, gold))  # f(x) = x for all x
-        if pred == gold and pred:
-            return not is_unsafe(pred)
-        if _SUMS.search(pred + gold) and not _NOT_SUMS.search(pred + gold):
-            return not any(is_unsafe(_SUMS.sub(" ", x)) for x in (pred, gold)) and _structure_equal(pred, gold)
+        if _SUMS.search(pred + gold) and not _NOT_SUMS.search(pred + gold):  # as written, never evaluated
+            return not any(is_unsafe(_SUMS.sub(" ", x)) for x in (pred, gold)) and \
+                (pred == gold or _structure_equal(pred, gold))
         if not pred or not gold or is_unsafe(pred) or is_unsafe(gold) or is_undone_computation(pred, gold):
             return False
+        if pred == gold:
+            return True
         pred, gold = (_as_matrix(_UPRIGHT.sub(r"\1", x)) for x in (pred, gold))  # \mathrm{e} is e; [[1, 2]] a matrix
         use_alarm = _in_main_thread()
         p, g = _parse(pred, use_alarm), _parse(gold, use_alarm)

@@ -91,7 +91,7 @@ def native_output_filtered():
             os.dup2(saved[0], 1), os.dup2(saved[1], 2)
             os.close(saved[0]), os.close(saved[1])
             held.seek(0)
-            lines = [line.rsplit("\r", 1)[-1] for line in held.read().decode(errors="replace").splitlines()]
+            lines = [line.rsplit("\r", 1)[-1] for line in held.read().decode(errors="replace").split("\n")]
             kept = [line for line in lines if line.strip() and not any(k in line for k in NATIVE_HARMLESS)]
             if kept:
                 print("\n".join(kept), file=sys.stderr, flush=True)

@@ -692,6 +692,7 @@ C("answer_then_work", "The answer is 18.\nCheck: 18 \\times 2 = 36, as required.
 C("answer_then_work", "The answer is 18.\nCheck: 18 \\times 2 = 36, as required.", "36", False, "")
 C("sum_order", r"$\sum_{k=1}^{n} k x_k = S$", r"\sum_{k=1}^{n} x_k k = S", True, "factors in another order")
 C("sum_order", r"\boxed{\sum_{i=1}^{n} a_i b_i}", r"\sum_{i=1}^{n} b_i a_i", True, "")
+C("sum_order", r"\boxed{\sum_{i=1}^{n} a_i}", r"\sum_{i=1}^{n} a_i", True, "the same sum, the same string")
 C("sum_order", r"\boxed{\sum_{i=1}^{n} a_i}", r"\sum_{i=1}^{n} b_i a_i", False, "")
 C("sum_order", r"\boxed{\sum_{k=1}^{n} k x_k}", r"\sum_{k=1}^{m} k x_k", False, "other bounds")
 C("sum_order", r"\boxed{\sum_{k=1}^{n} k}", r"\frac{n(n+1)}{2}", False,

@@ -73,3 +73,12 @@ def test_the_main_job_prints_only_its_own_lines_on_a_new_machine(tmp_path):
     for ours in ("precision: fp32 (--precision fp32", "model: smollm2-135m-instruct, first use: de-quantizing its GGUF",
                  "held-out accuracy before step 0:", "lite_ppo: 100%", "held-out avg@2 at step 1:", "run in "):
         assert ours in text, text
+
+
+def test_the_engine_starts_native_lines_are_kept_but_blank_lines_notes_and_redraws(capfd):
+    from common.vllm_internals import native_output_filtered
+
+    with native_output_filtered():
+        os.write(2, b"Loading: 10%\rLoading: 100%\n\n[W utils.cpp:68] Warning: NUMA binding: Using MEMBIND policy x\n")
+        os.write(1, b"WARNING a real one\n")
+    assert capfd.readouterr().err == "Loading: 100%\nWARNING a real one\n"
