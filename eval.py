@@ -106,6 +106,25 @@ def split_datasets(spec: str) -> list[str]:
     return names
 
 
+def open_engine(model: str, backend: str, precision, template: str, max_new_tokens: int, questions: list[str],
+                seed: int, gpu_memory_utilization: float = 0.9):
+    """(engine, tokenizer, backend, model path) for generating answers to `questions` with `model`: vLLM loads the
+    weights itself (no second copy); hf generates on a loaded model. auto: vllm if installed."""
+    if backend == "auto":
+        backend = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
+    if backend == "hf":  # generate runs on this model object
+        model_path, lm, tokenizer = load_policy(model)
+        lm.to("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        model_path, lm = resolve_model(model), None
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+    longest_prompt = max(len(ids) for ids in tokenize_prompts(tokenizer, questions, template))
+    engine = make_engine(backend, model_path=model_path, model=lm, tokenizer=tokenizer, seed=seed,
+                         max_model_len=longest_prompt + max_new_tokens, gpu_memory_utilization=gpu_memory_utilization,
+                         enable_sleep_mode=False, precision=precision, stop_ids=stop_ids(tokenizer, template))
+    return engine, tokenizer, backend, model_path
+
+
 def main(args: Args) -> dict:
     # ---------------------------------------------------------------- 1. check flags, load every data set
     # Everything that can fail fast does so before the (slow) model load.
@@ -130,22 +149,10 @@ def main(args: Args) -> dict:
     print(precision)
 
     # ---------------------------------------------------------------- 2. model and engine
-    backend = args.backend
-    if backend == "auto":
-        backend = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
     t_start = time.perf_counter()
-    if backend == "hf":  # generate runs on this model object
-        model_path, lm, tokenizer = load_policy(model_arg)
-        lm.to("cuda" if torch.cuda.is_available() else "cpu")
-    else:  # vLLM loads the weights itself: no second copy
-        model_path, lm = resolve_model(model_arg), None
-        tokenizer = AutoTokenizer.from_pretrained(model_path)
-    longest_prompt = max(len(ids) for rows in data.values()
-                         for ids in tokenize_prompts(tokenizer, [r["question"] for r in rows], args.template))
-    engine = make_engine(backend, model_path=model_path, model=lm, tokenizer=tokenizer, seed=args.seed,
-                         max_model_len=longest_prompt + args.max_new_tokens,
-                         gpu_memory_utilization=args.gpu_memory_utilization, enable_sleep_mode=False,
-                         precision=precision, stop_ids=stop_ids(tokenizer, args.template))
+    engine, tokenizer, backend, model_path = open_engine(
+        model_arg, args.backend, precision, args.template, args.max_new_tokens,
+        [r["question"] for rows in data.values() for r in rows], args.seed, args.gpu_memory_utilization)
     sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                               top_k=args.top_k, seed=args.seed)
     out_dir = Path(args.output_dir or f"results/eval__{Path(model_path).name}__{args.seed}__{int(time.time())}")

@@ -56,13 +56,14 @@ VARIANTS = {  # name: lite_ppo.py flags on top of its defaults
     "seq_agg": ["--loss-agg", "seq"],  # sequence-level aggregation
     "overlong_filter": ["--overlong-filter"],  # truncated responses out of the loss
     "minus_one": ["--wrong-reward", "-1"],  # -1/1 rewards
+    "grpo": [], "dapo": [],  # the paper's headline: grpo.py and dapo.py as they are (SCRIPTS)
     # not one of the paper's techniques: the numerics under it (common/precision.py, common/mismatch.py)
     "fp32": ["--precision", "fp32"],  # pinned: the base's auto is bf16 where that is faster
     "bf16": ["--precision", "bf16"],  # with the default correction of the sampler-trainer mismatch
     "bf16_no_is": ["--precision", "bf16", "--sampler-is", "none"],  # uncorrected
 }
 Variant = Literal["lite_ppo", "group_std", "batch_mean", "no_std", "clip_high", "off_policy", "clip_high_off_policy",
-                  "seq_agg", "overlong_filter", "minus_one", "fp32", "bf16", "bf16_no_is"]
+                  "seq_agg", "overlong_filter", "minus_one", "grpo", "dapo", "fp32", "bf16", "bf16_no_is"]
 TECHNIQUES = {  # name: (title, the variants compared, the metrics that show the mechanism)
     # Lite PPO's mixed normalization (group mean, batch std) vs GRPO's group std vs batch mean and std
     "normalization": ("advantage normalization", ["lite_ppo", "group_std", "batch_mean"],
@@ -71,6 +72,8 @@ TECHNIQUES = {  # name: (title, the variants compared, the metrics that show the
     "clip_higher": ("clip-higher", ["off_policy", "clip_high_off_policy"], ["losses/clipfrac", "losses/entropy"]),
     "aggregation": ("loss aggregation", ["lite_ppo", "seq_agg"], ["rollout/response_len_mean"]),
     "overlong_filter": ("overlong filtering", ["lite_ppo", "overlong_filter"], ["rollout/truncated_frac"]),
+    "headline": ("Lite PPO against GRPO and DAPO", ["lite_ppo", "grpo", "dapo"],
+                 ["rollout/solve_none_frac", "rollout/response_len_mean"]),
     "precision": ("precision and the mismatch correction", ["fp32", "bf16", "bf16_no_is"],
                   ["rollout/sampler_kl", "rollout/sampler_ratio_max", "time/generation", "time/training"]),
 }
@@ -84,16 +87,26 @@ MODELS = {  # a cell's model: its type, the flags that select it, its prompt pro
     "gemma3": ("base", ["--model", "gemma3-270m", "--template", "fewshot", "--max-new-tokens", "48",
                         "--learning-rate", "3e-6", "--total-steps", "24"]),
 }
-PREDICTIONS = {  # technique: {model type: (the variant the paper expects to do better, or None, what it says)}
-    "normalization": {t: ("lite_ppo", "mixed (group mean, batch std) is the most robust; batch std beats group std "
-                                      "when most groups are uniform (easy and hard data)") for t in ("aligned", "base")},
-    "aggregation": {"aligned": ("seq_agg", "sequence level does better on aligned models"),
-                    "base": ("lite_ppo", "token level helps base models")},
-    "clip_higher": {"aligned": ("clip_high_off_policy", "clip-higher helps aligned models"),
-                    "base": ("off_policy", "clip-higher can hurt base models, whose clip rate is tiny")},
-    "overlong_filter": {t: ("overlong_filter", "helps when the length limit truncates many responses")
-                        for t in ("aligned", "base")},
-}
+SCRIPTS = {"grpo": "grpo.py", "dapo": "dapo.py"}  # variants run by another script, as it is (else lite_ppo.py)
+# The paper's claims as paired comparisons: (technique, variant a, variant b, {model type: the variant the paper expects
+# to do better, what it says}); a type left out: the paper makes no claim there, and the comparison is not run
+COMPARISONS = [
+    ("normalization", "lite_ppo", "group_std", {t: ("lite_ppo", "group mean with batch std beats group std, most of all "
+                                                "where most groups are uniform") for t in ("aligned", "base")}),
+    ("normalization", "lite_ppo", "batch_mean", {t: ("lite_ppo", "group mean with batch std beats batch mean and std")
+                                                 for t in ("aligned", "base")}),
+    ("aggregation", "lite_ppo", "seq_agg", {"aligned": ("seq_agg", "sequence level does better on aligned models"),
+                                            "base": ("lite_ppo", "token level helps base models")}),
+    # on the base (one update per rollout) every ratio is 1 and no clip bound acts: compared off-policy
+    ("clip_higher", "clip_high_off_policy", "off_policy",
+     {"aligned": ("clip_high_off_policy", "clip-higher helps aligned models"),
+      "base": ("off_policy", "clip-higher can hurt base models, whose clip rate is tiny")}),
+    ("overlong_filter", "overlong_filter", "lite_ppo",
+     {t: ("overlong_filter", "helps where the length limit truncates many responses") for t in ("aligned", "base")}),
+    ("headline", "lite_ppo", "grpo", {"base": ("lite_ppo", "Lite PPO beats GRPO on base models")}),
+    ("headline", "lite_ppo", "dapo", {"base": ("lite_ppo", "Lite PPO beats DAPO on base models")}),
+]
+TRUNCATES = 0.1  # overlong filtering is compared only in cells whose Lite PPO rollouts truncate this share or more
 # A study's cells run over sessions on different machines, and `auto` is bf16 where it is faster (an AMD Zen 4 here)
 # and fp32 elsewhere (an Intel Xeon here): pinned, so every run of the study computes alike (docs/performance.md)
 CELL_PRECISION = ["--precision", "fp32"]
@@ -103,7 +116,7 @@ TIERS = {  # difficulty: an arithmetic spec, ordered by both models' measured st
     "medium": "arithmetic:digits=1,operands=3,ops=+,test=0.25",  # 240; SmolLM2 0.039 (80% truncated at 96 tokens)
     "hard": "arithmetic:digits=2",  # 500 (of 1,599); SmolLM2 0.015, Gemma 0.030
 }
-Technique = Literal["normalization", "clip_higher", "aggregation", "overlong_filter", "precision"]
+Technique = Literal["normalization", "clip_higher", "aggregation", "overlong_filter", "headline", "precision"]
 
 
 @dataclass
@@ -181,7 +194,7 @@ def run_variant(variant: str, seed: int, flags: list[str], out: Path, skip_exist
         return None
     shutil.rmtree(run_dir, ignore_errors=True)  # the script refuses a run name that holds a run
     shutil.rmtree(out / "evals" / run_name(variant, seed), ignore_errors=True)
-    cmd = [sys.executable, str(ROOT / "lite_ppo.py"), "--seed", str(seed), "--run-name", run_name(variant, seed),
+    cmd = [sys.executable, str(ROOT / SCRIPTS.get(variant, "lite_ppo.py")), "--seed", str(seed), "--run-name", run_name(variant, seed),
            "--output-dir", str(out / "runs"), *flags]
     cmd += ["--eval-samples", str(eval_samples)] if eval_samples else []
     returncode, seconds = run_logged(cmd, log, f"{variant} seed {seed}")
