@@ -5,7 +5,8 @@ answer as a string ("18", "\\frac{1}{2}", ...), checked later by common/reward.p
 
 Source syntax (the `--dataset` string of every script), read by `load_rows(source, split)`:
 
-    arithmetic[:key=value,...]   the built-in task, made in code; keys digits, operands, ops, n, seed, test
+    arithmetic[:key=value,...]   the built-in task, made in code; keys digits, operands, ops, n, seed, test, max
+                                 (max=20: operands 0..20 of any digit count, in place of digits)
                                  e.g. "arithmetic:digits=1,operands=3,ops=+-*,n=2000,seed=0"
                                  (n defaults to 10000 for train, 500 for test, capped at what the
                                  split holds; test: the held-out share of the problem space, 0.1)
@@ -93,8 +94,9 @@ def _evaluate(nums: list[int], opers: list[str]) -> int:
     return total + sign * term
 
 
-def _arith_space(digits: int, num_operands: int, ops: str) -> tuple[range, int]:
-    values = range(0, 10) if digits == 1 else range(10 ** (digits - 1), 10**digits)
+def _arith_space(digits: int, num_operands: int, ops: str, largest: int | None = None) -> tuple[range, int]:
+    values = (range(0, largest + 1) if largest is not None else range(0, 10) if digits == 1 else
+              range(10 ** (digits - 1), 10**digits))
     return values, len(values) ** num_operands * len(ops) ** (num_operands - 1)
 
 
@@ -104,8 +106,9 @@ def _is_small(space: int, split: str, n: int, test_fraction: float) -> bool:
 
 
 @functools.lru_cache(maxsize=8)
-def _split_pool(split: str, digits: int, num_operands: int, ops: str, test_fraction: float) -> list[tuple]:
-    values, _ = _arith_space(digits, num_operands, ops)
+def _split_pool(split: str, digits: int, num_operands: int, ops: str, test_fraction: float,
+                largest: int | None = None) -> list[tuple]:
+    values, _ = _arith_space(digits, num_operands, ops, largest)
     pool = []
     for nums in itertools.product(values, repeat=num_operands):
         for opers in itertools.product(ops, repeat=num_operands - 1):
@@ -119,14 +122,16 @@ def _expr(nums: tuple[int, ...], opers: tuple[str, ...]) -> str:
 
 
 def make_arithmetic(n: int, split: str = "train", seed: int = 0, digits: int = 2,
-                    num_operands: int = 2, ops: str = "+-", test_fraction: float = TEST_FRACTION) -> list[dict]:
+                    num_operands: int = 2, ops: str = "+-", test_fraction: float = TEST_FRACTION,
+                    largest: int | None = None) -> list[dict]:
     """`n` distinct problems like "What is 47 + 85?", seeded; the splits never share a problem.
 
     Operands have exactly `digits` digits (0-9 for one digit); "*" binds tighter than "+"/"-";
     results may be negative. Defaults (2 digits, 2 operands, "+-") because SmolLM2-135M-Instruct
     solves 2-digit sums only ~10-15% of the time (1-digit ~30-55%): hard enough to leave room to
     learn, easy enough that most groups of 8 samples hold a correct one for GRPO-style advantages.
-    `test_fraction` of the problem space is held out (a small space's test split grows with it).
+    `test_fraction` of the problem space is held out (a small space's test split grows with it). `largest`: operands
+    0..largest of any digit count instead (12 + 7, 3 * 15: a smooth range of difficulty for a screen of tiers).
     """
     if split not in ("train", "test"):
         raise BadSpec(f"arithmetic split must be 'train' or 'test', got {split!r}")
@@ -136,10 +141,13 @@ def make_arithmetic(n: int, split: str = "train", seed: int = 0, digits: int = 2
         raise BadSpec(f"ops must be distinct characters from '+-*', got {ops!r}")
     if not 0 < test_fraction < 1:
         raise BadSpec(f"the held-out share must be in (0, 1), got {test_fraction!r}")
-    values, space = _arith_space(digits, num_operands, ops)
-    rng = random.Random(f"arithmetic:{split}:{seed}:{digits}:{num_operands}:{ops}")
+    if largest is not None and largest < 1:
+        raise BadSpec(f"the largest operand must be >= 1, got {largest}")
+    values, space = _arith_space(digits, num_operands, ops, largest)
+    rng = random.Random(f"arithmetic:{split}:{seed}:{digits}:{num_operands}:{ops}" +
+                        ("" if largest is None else f":max{largest}"))
     if _is_small(space, split, n, test_fraction):  # enumerate, so the size check is exact
-        pool = _split_pool(split, digits, num_operands, ops, test_fraction)
+        pool = _split_pool(split, digits, num_operands, ops, test_fraction, largest)
         if n > len(pool):
             raise BadSpec(
                 f"the {split} split of arithmetic (digits={digits}, operands={num_operands}, "
@@ -161,8 +169,9 @@ def make_arithmetic(n: int, split: str = "train", seed: int = 0, digits: int = 2
 
 
 def _arithmetic_from_string(source: str, split: str) -> list[dict]:
-    keys = {"digits": "digits", "operands": "num_operands", "ops": "ops", "n": "n", "seed": "seed", "test": "test_fraction"}
-    bounds = {"digits": (1, 18), "operands": (2, 10), "n": (1, 10**7), "seed": (-(2**63), 2**63 - 1)}
+    keys = {"digits": "digits", "operands": "num_operands", "ops": "ops", "n": "n", "seed": "seed", "test": "test_fraction",
+            "max": "largest"}
+    bounds = {"digits": (1, 18), "operands": (2, 10), "n": (1, 10**7), "seed": (-(2**63), 2**63 - 1), "max": (1, 10**9)}
     kw: dict[str, Any] = {}
     _, _, settings = source.partition(":")
     for item in filter(None, settings.split(",")):
@@ -187,8 +196,9 @@ def _arithmetic_from_string(source: str, split: str) -> list[dict]:
         d, k, ops, share = kw.get("digits", 2), kw.get("num_operands", 2), kw.get("ops", "+-"), \
             kw.get("test_fraction", TEST_FRACTION)
         n = 10000 if split == "train" else 500
-        if split in ("train", "test") and _is_small(_arith_space(d, k, ops)[1], split, n, share):
-            n = min(n, len(_split_pool(split, d, k, ops, share)))
+        top = kw.get("largest")
+        if split in ("train", "test") and _is_small(_arith_space(d, k, ops, top)[1], split, n, share):
+            n = min(n, len(_split_pool(split, d, k, ops, share, top)))
         kw["n"] = n
     return make_arithmetic(split=split, **kw)
 

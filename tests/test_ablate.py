@@ -168,17 +168,19 @@ def test_cells_run_each_setup_as_a_whole_ablation_and_tabulate_a_column_per_cell
         return {v: runs(v) for v in variants}
 
     monkeypatch.setattr(tool, "collect", collect)
+    tier = tmp_path / "gemma3__hard" / "data"  # a tier as tools/screen.py writes it
+    tier.mkdir(parents=True)
+    for split in ("train", "test"):
+        (tier / f"{split}.jsonl").write_text('{"id": "p1", "question": "What is 1 + 1?", "answer": "2"}\n')
     cells = ["smollm2:arithmetic:digits=1,operands=3", "gemma3:hard"]
     args = tool.Args(techniques=["normalization"], seeds=[1, 2], out=str(tmp_path), cells=cells, cell_eval_size=50)
     assert tool.run_cells(args, ["--total-steps", "4"]) == 0
-    hard = tool.TIERS["hard"]
     assert ran == [
         ("smollm2__digits=1,operands=3", [], ["--model", "smollm2-135m-instruct", "--template", "chat", "--dataset",
          "arithmetic:digits=1,operands=3", "--eval-dataset", "arithmetic:digits=1,operands=3", "--eval-size", "50",
          "--precision", "fp32", "--total-steps", "4"]),
-        ("gemma3__hard", [], ["--model", "gemma3-270m", "--template", "fewshot", "--max-new-tokens", "48",
-         "--learning-rate", "3e-6", "--total-steps", "24", "--dataset", hard, "--eval-dataset", hard, "--eval-size", "50",
-         "--precision", "fp32", "--total-steps", "4"])]  # the flags after -- come last: they override the cell's
+        ("gemma3__hard", [], tool.MODELS["gemma3"][1] + ["--dataset", str(tier.resolve()), "--eval-dataset", str(tier.resolve()),
+         "--eval-size", "50", "--precision", "fp32", "--total-steps", "4"])]  # the flags after -- come last
     rows = table_rows((tmp_path / "cells.md").read_text())
     # smollm2: avg@N of seeds 1, 2 = 0.5, 0.6 (lite_ppo), 0.2, 0.3 (group_std), 0.25, 0.35 (batch_mean);
     # gemma3 (no sampled eval): greedy 0.6, 0.8 / 0.5, 0.7 / 0.55, 0.75; adv_abs_mean 0.5, 1.0 everywhere
@@ -186,21 +188,19 @@ def test_cells_run_each_setup_as_a_whole_ablation_and_tabulate_a_column_per_cell
     assert rows["lite_ppo"][1:] == ["0.550 ± 0.050; greedy 0.900 ± 0.100 (rollout/adv_abs_mean 0.750 ± 0.250)",
                                     "0.700 ± 0.100; greedy 0.700 ± 0.100 (rollout/adv_abs_mean 0.750 ± 0.250)"]
     assert rows["batch_mean"][1] == "0.300 ± 0.050; greedy 0.650 ± 0.100 (rollout/adv_abs_mean 0.750 ± 0.250)"
-    assert rows["the paper"][1].endswith("(expects lite_ppo)")
-    # smollm2's ranges are apart; gemma3's overlap: 4 (0.02 + 0.02) / 0.1^2 = 16 seeds, / 0.05^2 = 64 seeds
-    apart = "apart on 2 seeds, a verdict needs 3"  # two seeds each part by chance a third of the time
-    assert rows["here"][1:] == [f"vs group_std: unresolved (+0.300; {apart}); vs batch_mean: unresolved (+0.250; {apart})",
-                                "vs group_std: unresolved (+0.100; ~16 seeds); vs batch_mean: unresolved (+0.050; ~64 seeds)"]
-    # greedy: smollm2's 0.8, 1.0 are above 0.5, 0.7 and 0.55, 0.75; gemma3's greedy is its only measure
-    assert rows["here, greedy"][1:] == [f"vs group_std: unresolved (+0.300; {apart}); vs batch_mean: unresolved (+0.250; {apart})",
-                                        rows["here"][2]]
     # the cost per machine: 3 variants of seed 1 on "cpu 1" at 60 s, of seed 2 on "cpu 2" at 120 s
     cost = [[c.strip() for c in line.strip("|").split("|")] for line in (tmp_path / "cells.md").read_text().splitlines()
             if line.startswith("| gemma3:hard |")]
     assert cost == [["gemma3:hard", "cpu 1", "3", "60.0 s", "40.0 s", "3.0 min"],
                     ["gemma3:hard", "cpu 2", "3", "2.0 min", "80.0 s", "6.0 min"]]
-    assert set(rows) == {"variant", "lite_ppo", "group_std", "batch_mean", "the paper", "here", "here, greedy", "cell",
-                         "smollm2:arithmetic:digits=1,operands=3", "gemma3:hard"}
+    assert "## the paper's claims, paired over seeds" in (tmp_path / "cells.md").read_text()
+
+
+def test_an_unscreened_tier_is_refused_with_the_screen_to_run(tmp_path):
+    from tools import ablate as tool
+
+    with pytest.raises(SystemExit, match="holds no screened tier; run python tools/screen.py --model smollm2"):
+        tool.cell_flags("smollm2:easy", 200, tmp_path)
 
 
 def test_a_runs_machine_is_named_from_its_record_and_a_move_shows_both(tmp_path):
@@ -226,24 +226,6 @@ def test_a_runs_time_in_its_steps_is_the_sum_of_its_time_metrics(tmp_path):
     assert steps_seconds(tmp_path) == 12.5
 
 
-def test_a_verdict_says_which_way_the_seeds_point_and_how_many_would_resolve_it():
-    from tools.ablate import verdict
-
-    runs = lambda *finals: [{"final_acc": f} for f in finals]
-    assert verdict({"a": runs(0.1, 0.2, 0.15), "b": runs(0.3, 0.4, 0.35)}, "a", "b") == "vs b: contradicted (-0.200, resolved)"
-    assert verdict({"a": runs(0.5, 0.4, 0.6), "b": runs(0.3, 0.2, 0.1)}, "a", "b") == "vs b: agreed (+0.300, resolved)"
-    # apart, but two seeds each part by chance a third of the time: no verdict yet
-    assert verdict({"a": runs(0.1, 0.2), "b": runs(0.3, 0.4, 0.35)}, "a", "b") == \
-        "vs b: unresolved (-0.200; apart on 2 seeds, a verdict needs 3)"
-    assert verdict({"a": runs(0.1, 0.2), "b": runs(0.3, 0.4)}, "a", "b", lambda rs: [1 - r["final_acc"] for r in rs]) == \
-        "vs b: unresolved (+0.200; apart on 2 seeds, a verdict needs 3)"  # by another measure
-    # var 0.02 and 0.00125 over a gap of 0.025: 4 * 0.02125 / 0.025^2 = 136
-    assert verdict({"a": runs(0.2, 0.4), "b": runs(0.25, 0.3)}, "a", "b") == "vs b: unresolved (+0.025; ~136 seeds)"
-    assert verdict({"a": runs(0.2), "b": runs(0.1, 0.3)}, "a", "b") == "vs b: unresolved (fewer than 2 seeds)"
-    assert verdict({"a": runs(0.2, 0.4), "b": runs(0.4, 0.2)}, "a", "b") == "vs b: unresolved (no gap)"
-
-
-@pytest.mark.heavy
 def test_a_bad_cell_is_refused_before_anything_runs(tmp_path):
     for cell, message in (("llama:arithmetic:digits=1", "MODEL one of smollm2, gemma3"), ("gemma3:trivial", "TIER one of easy"),
                           ("gemma3:arithmetic:digits=0", "digits='0' must be an integer")):

@@ -36,6 +36,7 @@ import shlex
 import shutil
 import statistics
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -110,12 +111,9 @@ TRUNCATES = 0.1  # overlong filtering is compared only in cells whose Lite PPO r
 # A study's cells run over sessions on different machines, and `auto` is bf16 where it is faster (an AMD Zen 4 here)
 # and fp32 elsewhere (an Intel Xeon here): pinned, so every run of the study computes alike (docs/performance.md)
 CELL_PRECISION = ["--precision", "fp32"]
-RESOLVING_SEEDS = 3  # the seeds per variant a verdict needs: with no effect, 3 and 3 part by chance 2 times in 20
-TIERS = {  # difficulty: an arithmetic spec, ordered by both models' measured start avg@N (docs/evidence.md, "setups")
-    "easy": "arithmetic:digits=1,operands=3",  # 392 held-out problems; SmolLM2 0.083, Gemma 0.061
-    "medium": "arithmetic:digits=1,operands=3,ops=+,test=0.25",  # 240; SmolLM2 0.039 (80% truncated at 96 tokens)
-    "hard": "arithmetic:digits=2",  # 500 (of 1,599); SmolLM2 0.015, Gemma 0.030
-}
+MIN_SEEDS, MAX_SEEDS = 3, 10  # the second edition's until-resolved design (tests/test_paired.py: its power and errors)
+DELTA = 0.03  # a paired difference of end avg@N inside +-DELTA is "no effect" (about the first edition's seed spread)
+TIERS = ("easy", "medium", "hard")  # by the start model's solve rate: tools/screen.py writes <out>/<model>__<tier>/data
 Technique = Literal["normalization", "clip_higher", "aggregation", "overlong_filter", "headline", "precision"]
 
 
@@ -141,6 +139,16 @@ class Args:
     each a whole ablation; none: one ablation on the flags after --"""
     cell_eval_size: int = 200
     """held-out problems per cell (avg@N's standard error over problems is ~0.02 at 200)"""
+    until_resolved: bool = False
+    """--cells: the study's procedure (tools/verdicts.py): Lite PPO's learning test first, then each of the paper's
+    comparisons (COMPARISONS) seed by seed, 1, 2, ..., until its paired verdict is resolved or it has --max-seeds;
+    --techniques and --seeds are not used; rerun the same command to resume"""
+    min_seeds: int = MIN_SEEDS
+    """--until-resolved: seeds every comparison and the learning test start with"""
+    max_seeds: int = MAX_SEEDS
+    """--until-resolved: the most seeds a comparison gets"""
+    budget_hours: float = math.inf
+    """--until-resolved: start no run after this many hours (wall time) of this invocation"""
     keep_models: bool = True
     """keep each finished run's model (its last checkpoint, for eval.py's benchmarks); --no-keep-models deletes a
     run's checkpoints once its final avg@N is on record (a Gemma 3 cell's 18 runs keep ~20 GB)"""
@@ -395,17 +403,22 @@ def main(args: Args, extra: list[str]) -> int:
     return 1 if failed else 0
 
 
-def cell_flags(cell: str, eval_size: int) -> tuple[str, list[str]]:
-    """(folder name, lite_ppo.py flags) of a MODEL:TIER or MODEL:DATA cell; SystemExit naming --cells if it is not
-    one."""
-    model, _, data = cell.partition(":")
-    data = TIERS.get(data, data)
-    if model not in MODELS or not data.startswith("arithmetic"):
+def cell_flags(cell: str, eval_size: int, out: Path) -> tuple[str, list[str]]:
+    """(folder name, lite_ppo.py flags) of a MODEL:TIER cell (the tier's problems screened into <out>/<folder>/data by
+    tools/screen.py) or a MODEL:DATA one (an arithmetic spec); SystemExit naming --cells if it is neither."""
+    model, _, tier = cell.partition(":")
+    if model not in MODELS or not (tier in TIERS or tier.startswith("arithmetic")):
         raise SystemExit(f"--cells {cell!r}: expected MODEL:TIER or MODEL:DATA with MODEL one of {', '.join(MODELS)}, "
                          f"TIER one of {', '.join(TIERS)} and DATA an arithmetic spec (arithmetic:digits=1,operands=3)")
     from common.data import load_rows
     from common.errors import UsageError
 
+    name = f"{model}__{tier if tier in TIERS else tier.removeprefix('arithmetic').lstrip(':') or 'default'}"
+    folder = (out / name / "data").resolve()  # relative to the repository (the runs' working directory): the runs'
+    data = (str(folder.relative_to(ROOT)) if folder.is_relative_to(ROOT) else str(folder)) if tier in TIERS else tier  # flags match on any clone
+    if tier in TIERS and not (out / name / "data" / "test.jsonl").exists():
+        raise SystemExit(f"--cells {cell}: {out / name / 'data'} holds no screened tier; run "
+                         f"python tools/screen.py --model {model} --pool ... --out {out} first")
     try:
         held_out = len(load_rows(data, split="test", flag="--cells"))  # a bad spec stops here, not in every run
     except UsageError as e:
@@ -413,8 +426,6 @@ def cell_flags(cell: str, eval_size: int) -> tuple[str, list[str]]:
     if held_out < eval_size:
         print(f"[ablate] cell {cell}: its held-out split has {held_out} problems, fewer than --cell-eval-size "
               f"{eval_size}", flush=True)
-    tier = cell.partition(":")[2]
-    name = f"{model}__{tier if tier in TIERS else data.removeprefix('arithmetic').lstrip(':') or 'default'}"
     return name, MODELS[model][1] + ["--dataset", data, "--eval-dataset", data, "--eval-size", str(eval_size)] + \
         CELL_PRECISION
 
@@ -422,7 +433,7 @@ def cell_flags(cell: str, eval_size: int) -> tuple[str, list[str]]:
 def run_cells(args: Args, extra: list[str]) -> int:
     """Each cell as a whole ablation in its own folder, then <out>/cells.md: per technique, a column per cell."""
     out, status, results, keys = Path(args.out).resolve(), 0, {}, mechanism_keys(args.techniques)
-    cells = {cell: cell_flags(cell, args.cell_eval_size) for cell in args.cells}  # every cell checked before any run
+    cells = {cell: cell_flags(cell, args.cell_eval_size, out) for cell in args.cells}  # every cell checked before any run
     for cell, (name, flags) in cells.items():
         print(f"[ablate] cell {cell}: {' '.join(flags)}", flush=True)
         sub = dataclasses.replace(args, cells=[], out=str(out / name))
@@ -434,18 +445,80 @@ def run_cells(args: Args, extra: list[str]) -> int:
     return status
 
 
+def next_runs(out: Path, names: list[str], args: Args, failed: set) -> list[tuple[str, str, int]]:
+    """--until-resolved: the (cell folder, variant, seed) runs the study needs next, from the records on disk: Lite
+    PPO's first min_seeds seeds; one more of Lite PPO while its learning test is short of 3 SE with every gain > 0;
+    in a cell that learns, each comparison's first min_seeds seeds, then one more seed while it is unresolved and
+    below max_seeds. The whole family is judged at once (tools/verdicts.py), as its verdicts are."""
+    from tools.verdicts import cell_results, derive, learning
+
+    entries = derive(out, looks=args.max_seeds - args.min_seeds + 1, delta=DELTA)
+    todo = []
+    for name in names:
+        results = cell_results(out / name)[1] if (out / name / "runs").is_dir() else {}
+        start = load_sampled(out / name / "evals" / "start")
+        lite = results.get("lite_ppo", {})
+        if len(lite) < args.min_seeds:
+            todo += [(name, "lite_ppo", s) for s in range(1, args.min_seeds + 1) if s not in lite]
+            continue
+        learned = learning(start, lite)
+        if not learned["learns"]:
+            if learned.get("why", "").startswith("mean gain") and len(lite) < args.max_seeds:
+                todo.append((name, "lite_ppo", max(lite) + 1))  # every seed gained: more seeds may show it
+            continue
+        cell = name.replace("__", ":", 1)
+        for e in (e for e in entries if e["cell"] == cell):
+            have = {v: set(results.get(v, {})) for v in (e["variant_a"], e["variant_b"])}
+            if e["seeds"] < args.min_seeds:
+                seeds = range(1, args.min_seeds + 1)
+            elif e["verdict"] == "unresolved" and e["seeds"] < args.max_seeds:
+                seeds = [min(set(range(1, args.max_seeds + 1)) - (have[e["variant_a"]] & have[e["variant_b"]]))]
+            else:
+                continue
+            todo += [(name, v, s) for s in seeds for v in have if s not in have[v]]
+    return [run for run in dict.fromkeys(todo) if run not in failed]
+
+
+def until_resolved(args: Args, extra: list[str]) -> int:
+    """The study: run what next_runs asks, round after round, until nothing is asked (or --budget-hours is spent);
+    then tools/verdicts.py's records of the whole study under --out."""
+    from tools.verdicts import write
+
+    out, t0, failed = Path(args.out).resolve(), time.perf_counter(), set()
+    flags = dict(cell_flags(cell, args.cell_eval_size, out) for cell in args.cells)  # every cell checked first
+    while todo := next_runs(out, list(flags), args, failed):
+        print(f"[ablate] next: {len(todo)} run(s): " + ", ".join(f"{n}/{v}/{s}" for n, v, s in todo), flush=True)
+        for name, variant, seed in todo:
+            if (time.perf_counter() - t0) / 3600 > args.budget_hours:
+                print(f"[ablate] --budget-hours {args.budget_hours} spent: stopping; rerun to resume", flush=True)
+                write(out, args.max_seeds - args.min_seeds + 1, DELTA, readme=False)
+                return 0
+            for sub in ("runs", "logs", "evals"):
+                (out / name / sub).mkdir(parents=True, exist_ok=True)
+            if why := run_variant(variant, seed, flags[name] + VARIANTS[variant] + extra, out / name, True,
+                                  args.final_samples):
+                failed.add((name, variant, seed))
+                print(f"[ablate] {name}/{variant}/{seed} failed ({why}): not retried in this invocation", flush=True)
+                continue
+            if load_sampled(out / name / "evals" / "start") is None:  # the start model, once per cell
+                finished = collect([variant], [seed], out / name, [])
+                if fails := sampled_evals(finished, out / name, args.final_samples, start=True):
+                    print(f"[ablate] {name}: the start's eval failed ({fails}); rerun to retry", flush=True)
+                    return 1
+            if not args.keep_models:
+                drop_models(out / name, variant, seed, args.final_samples)
+    write(out, args.max_seeds - args.min_seeds + 1, DELTA, readme=False)
+    return 1 if failed else 0
+
+
 def cells_table(args: Args, results: dict[str, dict[str, list[dict]]], names: dict[str, str]) -> str:
     """Per technique: a row per variant, a column per cell, the final avg@N (mean ± half range over seeds; the
     final greedy accuracy where a cell has no sampled eval), the final greedy accuracy, then the technique's first
-    mechanism metric; under them the paper's prediction for the cell's model type and the verdict of these runs
-    on each of the two measures."""
+    mechanism metric; then the paired verdicts of the paper's claims (tools/verdicts.py, a fixed design: one look)
+    and the cost per machine."""
     lines = [f"# The paper's techniques per setup (cells: {', '.join(args.cells)})", "",
              "Final held-out avg@N (greedy accuracy where no sampled eval ran), then the final greedy accuracy, "
-             "mean ± half the range over seeds; each cell's folder has its ablation.md and figures. A verdict is "
-             f"resolved when each variant has {RESOLVING_SEEDS} or more seeds and the two variants' ranges do not "
-             "overlap (with no effect, 3 seeds against 3 part by chance 10% of the time, 2 against 2 a third of the "
-             "time); otherwise it gives the seeds that would put the gap at two standard "
-             "errors (4 (s_a² + s_b²) / gap², s: the std over seeds).", ""]
+             "mean ± half the range over seeds; each cell's folder has its ablation.md and figures.", ""]
     for technique in args.techniques:
         title, variants, keys = TECHNIQUES[technique]
         lines += [f"## {title}", "", "| variant | " + " | ".join(f"{c} ({names[c]}/)" for c in args.cells) + " |",
@@ -455,17 +528,15 @@ def cells_table(args: Args, results: dict[str, dict[str, list[dict]]], names: di
             for cell in args.cells:
                 runs = results[cell].get(variant, [])
                 metric = [mean_over_steps(r, keys[0]) for r in runs]
-                cells.append(f"{fmt_pm(finals(runs))}; greedy {fmt_pm(greedy(runs))} ({keys[0]} {fmt_pm(metric)})"
+                greedy = [r["final_acc"] for r in runs]
+                cells.append(f"{fmt_pm(finals(runs))}; greedy {fmt_pm(greedy)} ({keys[0]} {fmt_pm(metric)})"
                              if runs else "—")
             lines.append(f"| {variant} | " + " | ".join(cells) + " |")
-        if technique in PREDICTIONS:
-            said = [PREDICTIONS[technique][MODELS[c.partition(":")[0]][0]] for c in args.cells]
-            lines.append("| the paper | " + " | ".join(f"{text} (expects {best})" for best, text in said) + " |")
-            for label, measure in (("here", finals), ("here, greedy", greedy)):
-                lines.append(f"| {label} | " + " | ".join(
-                    "; ".join(verdict(results[c], best, other, measure) for other in variants if other != best)
-                    for c, (best, _) in zip(args.cells, said)) + " |")
         lines.append("")
+    from tools.verdicts import derive, table
+
+    out = Path(args.out).resolve()
+    lines += ["## the paper's claims, paired over seeds", "", table(derive(out, looks=1, delta=DELTA), str(out)), ""]
     lines += ["## cost", "", "Wall time per machine: the same run takes different times on different CPUs.", "",
               "| cell | machine | runs | wall time per run (mean) | of it in the steps | all runs |",
               "|---|---|---:|---:|---:|---:|"]
@@ -485,29 +556,6 @@ def finals(runs: list[dict]) -> list[float]:
     return [r["sampled"][1][1] if "sampled" in r else r["final_acc"] for r in runs]
 
 
-def greedy(runs: list[dict]) -> list[float]:
-    """Each run's final greedy accuracy on the held-out problems."""
-    return [r["final_acc"] for r in runs]
-
-
-def verdict(results: dict[str, list[dict]], expected: str, other: str, measure=finals) -> str:
-    """Whether `expected` ended above `other` by `measure` (finals: avg@N): agreed or contradicted where the seeds'
-    ranges do not overlap, else unresolved with the seeds that would resolve the gap at two standard errors."""
-    a, b = measure(results.get(expected, [])), measure(results.get(other, []))
-    if len(a) < 2 or len(b) < 2:
-        return f"vs {other}: unresolved (fewer than 2 seeds)"
-    gap = sum(a) / len(a) - sum(b) / len(b)
-    if min(a) > max(b) or max(a) < min(b):
-        if min(len(a), len(b)) < RESOLVING_SEEDS:  # 2 seeds each part by chance 1 time in 3
-            return f"vs {other}: unresolved ({gap:+.3f}; apart on {min(len(a), len(b))} seeds, a verdict needs " \
-                   f"{RESOLVING_SEEDS})"
-        return f"vs {other}: {'agreed' if gap > 0 else 'contradicted'} ({gap:+.3f}, resolved)"
-    var = sum(statistics.variance(x) for x in (a, b))
-    if not gap:
-        return f"vs {other}: unresolved (no gap)"
-    return f"vs {other}: unresolved ({gap:+.3f}; ~{math.ceil(4 * var / gap**2 - 1e-9)} seeds)"  # 1e-9: 16.0000001 is 16
-
-
 def technique_of(variant: str) -> str | None:
     """The technique an extra variant belongs to (by the flag it sets)."""
     flag = VARIANTS[variant][0] if VARIANTS[variant] else None
@@ -518,4 +566,5 @@ def technique_of(variant: str) -> str | None:
 
 if __name__ == "__main__":
     args, extra = parse(sys.argv[1:], Args, __doc__)
-    sys.exit(run_cells(args, extra) if args.cells else main(args, extra))
+    sys.exit(until_resolved(args, extra) if args.until_resolved else run_cells(args, extra) if args.cells else
+             main(args, extra))

@@ -27,12 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tools.ablate import COMPARISONS, MODELS, TECHNIQUES, TRUNCATES, collect, finals, mean_over_steps, run_name  # noqa: E402
+from tools.ablate import (COMPARISONS, DELTA, MAX_SEEDS, MIN_SEEDS, MODELS, TECHNIQUES, TRUNCATES, collect,  # noqa: E402
+                          mean_over_steps, run_name)
 from tools.compare import ROOT, load_sampled  # noqa: E402
 from tools.paired import Q, judge, paired_interval, seeds_to_resolve  # noqa: E402
 
-DELTA = 0.03  # an effect smaller than this (avg@N) is "no effect": the size the first edition's seeds spread by
-MIN_SEEDS, MAX_SEEDS = 3, 10  # the until-resolved design (tests/test_paired.py: its power and its chance verdicts)
 README_BEGIN, README_END = "<!-- verdicts:begin -->", "<!-- verdicts:end -->"
 
 
@@ -257,29 +256,42 @@ def readme_with(readme: str, block: str) -> str:
     return head + README_BEGIN + "\n" + block + "\n" + README_END + rest.split(README_END, 1)[1]
 
 
-def main(args: Args) -> int:
-    root = Path(args.root)
-    entries = derive(root, args.looks, args.delta, args.judge_all)
-    if args.judge_all:
-        (root / "verdicts_judge_all.json").write_text(render(entries))
-        print(table(entries, args.root) + f"\n[verdicts] {summary(entries, args.looks)}")
-        return 0
-    block = table(entries, args.root)
-    readme_path = ROOT / "README.md"
-    if args.check:
-        stale = [] if (root / "verdicts.json").exists() and (root / "verdicts.json").read_text() == render(entries) \
-            else [str(root / "verdicts.json")]
-        if args.readme and readme_path.read_text() != readme_with(readme_path.read_text(), block):
-            stale.append("README.md")
-        print(f"[verdicts] {'stale: ' + ', '.join(stale) if stale else 'up to date'}")
-        return 1 if stale else 0
+def write(root: Path, looks: int, delta: float, readme: bool) -> list[dict]:
+    """verdicts.json, the forest plots and (readme) the README's table from the records under root; the entries."""
+    entries = derive(root, looks, delta)
     (root / "verdicts.json").write_text(render(entries))
     for technique in dict.fromkeys(e["technique"] for e in entries):
         forest(entries, technique, root / f"forest_{technique}.png")
-    if args.readme:
-        readme_path.write_text(readme_with(readme_path.read_text(), block))
-    print(block)
-    print(f"[verdicts] {summary(entries, args.looks)}\n[verdicts] wrote {root / 'verdicts.json'}")
+    if readme:
+        path = ROOT / "README.md"
+        path.write_text(readme_with(path.read_text(), table(entries, readme_root(root))))
+    print(f"[verdicts] {summary(entries, looks)}\n[verdicts] wrote {root / 'verdicts.json'}", flush=True)
+    return entries
+
+
+def readme_root(root: Path) -> str:
+    """root as the README links it: relative to the repository."""
+    root = root.resolve()
+    return str(root.relative_to(ROOT)) if root.is_relative_to(ROOT) else str(root)
+
+
+def main(args: Args) -> int:
+    root = Path(args.root)
+    if args.judge_all:
+        entries = derive(root, args.looks, args.delta, judge_all=True)
+        (root / "verdicts_judge_all.json").write_text(render(entries))
+        print(table(entries, readme_root(root)) + f"\n[verdicts] {summary(entries, args.looks)}")
+        return 0
+    if args.check:
+        entries = derive(root, args.looks, args.delta)
+        stale = [] if (root / "verdicts.json").exists() and (root / "verdicts.json").read_text() == render(entries) \
+            else [str(root / "verdicts.json")]
+        readme = (ROOT / "README.md").read_text()
+        if args.readme and readme != readme_with(readme, table(entries, readme_root(root))):
+            stale.append("README.md")
+        print(f"[verdicts] {'stale: ' + ', '.join(stale) if stale else 'up to date'}")
+        return 1 if stale else 0
+    print(table(write(root, args.looks, args.delta, args.readme), readme_root(root)))
     return 0
 
 
