@@ -13,6 +13,8 @@ With n = 1, pass@1 and maj@1 equal accuracy: only accuracy is reported (and pass
 """
 
 import json
+import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -23,7 +25,7 @@ from tqdm import tqdm
 from common.data import tokenize_prompts
 from common.generation import SamplingConfig, rollout_seed
 from common.reward import batch_math_reward, extract_answer, is_equiv
-from common.run import log_metrics
+from common.run import STARTED, log_metrics
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -149,8 +151,13 @@ class HeldOut:
         self.first = self.last = None  # (step, greedy accuracy)
 
     def _run(self, step: int, sampling: SamplingConfig, n: int, prefix: str) -> float:
+        started = time.perf_counter()
+        if self.first is None:  # where a run's time goes outside its steps: its start (model load, engine start, ...)
+            log_metrics(self.accelerator, self.run_dir, step, {
+                "overhead/start": started - STARTED, "overhead/engine_start": getattr(self.engine, "start_seconds", math.nan)})
         metrics, records = evaluate(self.engine, self.tokenizer, self.rows, template=self.args.template,
                                     sampling=sampling, n=n, accelerator=self.accelerator)
+        metrics["seconds"] = time.perf_counter() - started  # and its held-out evaluations
         log_metrics(self.accelerator, self.run_dir, step, {f"{prefix}/{k}": v for k, v in metrics.items()})
         pairs = [(rec["id"], int(rec["correct"] == 1.0)) for rec in records]  # this process's problems
         correct = {}

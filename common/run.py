@@ -35,6 +35,8 @@ from common.model import check_model, hf_names, unwrap
 from common.precision import Precision, keep_freed_memory, machine, resolve_precision
 from common.vllm_internals import verbose
 
+STARTED = time.perf_counter()  # when a script's setup began (this module is imported first): its start's time
+
 TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}
 
 

@@ -44,6 +44,10 @@ def test_two_step_smoke_run(backend, tiny_model_path, tiny_math_data, tmp_path):
                 "charts/tokens_per_sec", "time/generation", "time/sync"):
         assert key in train[-1], key
     assert [r["step"] for r in rows if "eval/accuracy" in r] == [0, 2]
+    # where the time goes outside the steps: the start (its engine's share of it) and each held-out evaluation
+    (start,) = [r for r in rows if "overhead/start" in r]
+    assert start["step"] == 0 and 0 < start["overhead/engine_start"] < start["overhead/start"]
+    assert all(r["eval/seconds"] > 0 for r in rows if "eval/accuracy" in r)
     assert (tmp_path / "smoke/checkpoints/step-2/model/config.json").exists()
     assert "held-out accuracy" in result.stdout
     if track:  # TensorBoard's own reader finds the documented keys, per step

@@ -206,3 +206,23 @@ def test_the_first_edition_re_judged_and_the_readme_table_match_the_records():
     second = subprocess.run([sys.executable, str(ROOT / "tools" / "verdicts.py"), "--check"], cwd=ROOT,
                             capture_output=True, text=True)
     assert second.returncode == 0, second.stdout + second.stderr
+
+
+def test_the_readmes_first_edition_sentence_is_its_records():
+    """The README's numbers on the first edition, read back from its re-judged records."""
+    import re
+
+    readme = " ".join((ROOT / "README.md").read_text().split())  # as read, whatever the line breaks
+    first = ROOT / "docs" / "cells" / "first_edition"
+    entries = json.loads((first / "verdicts.json").read_text())
+    judged = json.loads((first / "verdicts_judge_all.json").read_text())
+    gains = [e["gain_mean"] for e in {e["cell"]: e for e in entries}.values()]
+    assert f"mean gain over the start {min(gains):+.3f} to {max(gains):+.3f}" in readme
+    assert f"all {len(entries)} of its comparisons are `no_learning`" in readme
+    assert all(e["verdict"] == "no_learning" for e in entries) and not any(e["learns"] for e in entries)
+    assert not [e for e in judged if e["verdict"] in ("agrees", "contradicts")]  # "none parts from 0"
+    assert f"the {sum(e['verdict'] == 'no_effect' for e in judged)} \"no effect\" intervals" in readme
+    (medium,) = [e for e in judged if e["cell"] == "smollm2:medium" and e["variant_b"] == "group_std"]
+    low, high = medium["ci"]
+    assert f"{medium['paired_mean']:+.3f} [{low:+.3f}, {high:+.3f}] paired" in readme
+    assert re.search(r"no cell learned \(Lite PPO's mean gain over the start -0\.021 to \+0\.028", readme)

@@ -188,6 +188,8 @@ def short(entry: dict) -> str:
 def table(entries: list[dict], root: str) -> str:
     """Markdown: the paper's claims as rows, cells as columns."""
     cells = list(dict.fromkeys(e["cell"] for e in entries))
+    if not cells:
+        return f"No cell on record yet in {root}/."
     learned = {e["cell"]: e for e in entries}
     head = ["claim (a − b, paired over seeds)"] + [
         f"{c} ({learned[c]['model_type']}; start {learned[c]['start']:.3f})" if learned[c]["start"] is not None
