@@ -361,3 +361,20 @@ def test_batch_indices_wrap_and_resume(num_rows, batch_size):
     for k in reversed(range(12)):
         batch_indices(num_rows + 1, batch_size, 6, k)
         assert batch_indices(num_rows, batch_size, 5, k) == stream[k * batch_size:(k + 1) * batch_size]
+
+
+def test_arithmetic_max_draws_operands_from_zero_to_max_of_any_digit_count():
+    train = load_rows("arithmetic:max=20,ops=+-*")
+    test = load_rows("arithmetic:max=20,ops=+-*", split="test")
+    assert len(train) + len(test) == 21 * 21 * 3  # the whole space, enumerated: every pair of 0..20 and operator
+    assert not {r["id"] for r in train} & {r["id"] for r in test}
+    seen = set()
+    for row in train + test:
+        a, op, b = row["question"].removeprefix("What is ").removesuffix("?").split()
+        seen |= {int(a), int(b)}
+        assert row["answer"] == str({"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op])
+    assert seen == set(range(21))
+    from common.errors import UsageError
+
+    with pytest.raises(UsageError, match="max=.0. must be an integer in"):
+        load_rows("arithmetic:max=0")

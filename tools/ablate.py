@@ -1,6 +1,6 @@
 """The paper's techniques one at a time: named variants of one lite_ppo.py base run, each a switch away from it.
 
-Every (seed, variant) is a separate `python lite_ppo.py <variant's flags>` process, one after the other, with the
+Every (seed, variant) is a separate `python lite_ppo.py <variant's flags>` process (grpo.py, dapo.py: SCRIPTS), one after the other, with the
 same model, data, steps and seeds, seed after seed; each run samples --final-samples answers per held-out problem
 after its last step (lite_ppo.py --eval-samples, on its engine that is up), and eval.py samples as many from the start
 model once (avg@N, as tools/compare.py), so a stopped ablation keeps every run it finished with its eval. Per
@@ -14,7 +14,7 @@ technique's own mechanism metrics per step; and <out>/ablation.md: the table, th
     python tools/ablate.py --skip-existing --seeds 1 2 3 4   # add a seed, reuse the finished runs
     python tools/ablate.py --plot-only
     python tools/ablate.py -- --total-steps 16               # after --: to every run
-    python tools/ablate.py --cells smollm2:medium gemma3:medium smollm2:hard gemma3:hard --final-samples 2
+    python tools/ablate.py --cells gemma3:easy gemma3:hard --until-resolved --final-samples 4 --out docs/cells
     python tools/ablate.py --cells smollm2:arithmetic:digits=1,operands=3   # a cell on any arithmetic spec
 
 A variant is lite_ppo.py's defaults (Lite PPO) plus its flags (VARIANTS); a technique names the variants it
@@ -23,10 +23,13 @@ a finished run keeps its checkpoints' models for the evals and drops their optim
 with --no-keep-models it keeps no checkpoint once its final avg@N is on record.
 
 A cell (`--cells MODEL:TIER` or `MODEL:DATA`) is one of the paper's setups: a model of MODELS (an aligned one, a base
-one) with its prompt protocol, trained and evaluated on one difficulty tier of TIERS or any arithmetic spec
+one) with its prompt protocol, trained and evaluated on a tier of problems its start model solves 5-20%, 20-50% or
+50-90% of the time (TIERS, screened into <out>/<model>__<tier>/data by tools/screen.py) or on any arithmetic spec
 (--cell-eval-size held-out problems). Each cell is a whole ablation in <out>/<model>__<tier>/, and <out>/cells.md
-holds one table per technique, a column per cell, with the paper's prediction for the cell's model type beside the
-verdict of the seeds (PREDICTIONS, verdict).
+holds one table per technique, a column per cell, and the paired verdicts of the paper's claims (COMPARISONS,
+tools/verdicts.py). --until-resolved runs the study's procedure instead (docs/cells/README.md): Lite PPO's learning
+test in each cell first, then each comparison seed by seed until tools/paired.py resolves it or it has --max-seeds;
+it reads what to run next from the records on disk, so rerunning the command resumes it.
 """
 
 import dataclasses

@@ -156,7 +156,7 @@ def run_logged(cmd: list[str], log: Path, what: str) -> tuple[int, float]:
     with open(log, "wb") as f:
         f.write(f"$ {shlex.join(cmd)}\n".encode())
         f.flush()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=ROOT)  # paths: repo-relative
         try:
             for chunk in iter(lambda: proc.stdout.read1(65536), b""):
                 f.write(chunk)
