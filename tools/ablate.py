@@ -539,7 +539,7 @@ def cells_table(args: Args, results: dict[str, dict[str, list[dict]]], names: di
     from tools.verdicts import derive, table
 
     out = Path(args.out).resolve()
-    lines += ["## the paper's claims, paired over seeds", "", table(derive(out, looks=1, delta=DELTA), str(out)), ""]
+    lines += ["## the paper's claims, paired over seeds", "", table(derive(out, looks=1, delta=DELTA), out), ""]
     lines += ["## cost", "", "Wall time per machine: the same run takes different times on different CPUs.", "",
               "| cell | machine | runs | wall time per run (mean) | of it in the steps | all runs |",
               "|---|---|---:|---:|---:|---:|"]

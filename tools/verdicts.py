@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tools.ablate import (COMPARISONS, DELTA, MAX_SEEDS, MIN_SEEDS, MODELS, TECHNIQUES, TRUNCATES, collect,  # noqa: E402
-                          mean_over_steps, run_name)
+                          machine_of, mean_over_steps, run_name)
 from tools.compare import ROOT, load_sampled  # noqa: E402
 from tools.paired import Q, judge, paired_interval, seeds_to_resolve  # noqa: E402
 
@@ -154,6 +154,35 @@ def derive(root: Path, looks: int, delta: float, judge_all: bool = False) -> lis
     return entries
 
 
+def cost(root: Path) -> dict[str, float]:
+    """Machine-hours (wall clock of the 2-core machines) the cells' runs and start evals took, per machine and in
+    all, from their records: logs/<variant>__<seed>.json (runs) and logs/start__eval.json."""
+    hours: dict[str, float] = {}
+    for folder in cell_folders(root):
+        for log in (folder / "logs").glob("*.json"):
+            record = json.loads(log.read_text())
+            if record.get("returncode") != 0:
+                continue
+            if "variant" in record:
+                where = machine_of(folder / "runs" / run_name(record["variant"], record["seed"]))
+            else:  # the start's eval: its summary names the machine
+                start = folder / "evals" / "start" / "summary.json"
+                m = json.loads(start.read_text()).get("machine") if start.exists() else None
+                where = f"{m['cpu'] or 'CPU'} (family {m['cpu_family']}, model {m['cpu_model']})" if m else "not recorded"
+            hours[where] = hours.get(where, 0.0) + record["wall_s"] / 3600
+    return hours
+
+
+def cost_line(entries: list[dict], root: Path) -> str:
+    """Machine-hours in all and per resolved verdict (agrees, contradicts, no_effect)."""
+    hours = cost(root)
+    resolved = sum(e["verdict"] in ("agrees", "contradicts", "no_effect") for e in entries)
+    total = sum(hours.values())
+    per = f"{total / resolved:.1f} per resolved verdict" if resolved else "no resolved verdict yet"
+    return (f"Cost: {total:.1f} machine-hours (2 cores; " + ", ".join(f"{m}: {h:.1f}" for m, h in sorted(hours.items()))
+            + f"), {per}.") if hours else "Cost: no run on record."
+
+
 def counts(entries: list[dict]) -> str:
     """How many comparisons, cells and verdicts of each kind."""
     tally = {v: sum(e["verdict"] == v for e in entries) for v in ("agrees", "contradicts", "no_effect", "unresolved",
@@ -185,9 +214,9 @@ def short(entry: dict) -> str:
     return f"{entry['verdict'].replace('_', ' ')} {entry['paired_mean']:+.3f} [{low:+.3f}, {high:+.3f}]"
 
 
-def table(entries: list[dict], root: str) -> str:
-    """Markdown: the paper's claims as rows, cells as columns."""
-    cells = list(dict.fromkeys(e["cell"] for e in entries))
+def table(entries: list[dict], folder: Path) -> str:
+    """Markdown: the paper's claims as rows, cells as columns, then the counts and the cost."""
+    cells, root = list(dict.fromkeys(e["cell"] for e in entries)), readme_root(folder)
     if not cells:
         return f"No cell on record yet in {root}/."
     learned = {e["cell"]: e for e in entries}
@@ -207,7 +236,7 @@ def table(entries: list[dict], root: str) -> str:
         (f"{learned[c]['gain_mean']:+.3f} [{learned[c]['gain_ci'][0]:+.3f}, {learned[c]['gain_ci'][1]:+.3f}] "
          f"({'yes' if learned[c]['learns'] else 'no'})") if learned[c]["gain_ci"] else "—" for c in cells]
     lines.append("| " + " | ".join(gains) + " |")
-    return "\n".join(lines + ["", counts(entries) + f". Detail: [{root}/verdicts.json]"
+    return "\n".join(lines + ["", counts(entries) + f". {cost_line(entries, folder)} Detail: [{root}/verdicts.json]"
                               f"({root}/verdicts.json); figures: {root}/forest_*.png."])
 
 
@@ -266,7 +295,7 @@ def write(root: Path, looks: int, delta: float, readme: bool) -> list[dict]:
         forest(entries, technique, root / f"forest_{technique}.png")
     if readme:
         path = ROOT / "README.md"
-        path.write_text(readme_with(path.read_text(), table(entries, readme_root(root))))
+        path.write_text(readme_with(path.read_text(), table(entries, root)))
     print(f"[verdicts] {summary(entries, looks)}\n[verdicts] wrote {root / 'verdicts.json'}", flush=True)
     return entries
 
@@ -282,18 +311,18 @@ def main(args: Args) -> int:
     if args.judge_all:
         entries = derive(root, args.looks, args.delta, judge_all=True)
         (root / "verdicts_judge_all.json").write_text(render(entries))
-        print(table(entries, readme_root(root)) + f"\n[verdicts] {summary(entries, args.looks)}")
+        print(table(entries, root) + f"\n[verdicts] {summary(entries, args.looks)}")
         return 0
     if args.check:
         entries = derive(root, args.looks, args.delta)
         stale = [] if (root / "verdicts.json").exists() and (root / "verdicts.json").read_text() == render(entries) \
             else [str(root / "verdicts.json")]
         readme = (ROOT / "README.md").read_text()
-        if args.readme and readme != readme_with(readme, table(entries, readme_root(root))):
+        if args.readme and readme != readme_with(readme, table(entries, root)):
             stale.append("README.md")
         print(f"[verdicts] {'stale: ' + ', '.join(stale) if stale else 'up to date'}")
         return 1 if stale else 0
-    print(table(write(root, args.looks, args.delta, args.readme), readme_root(root)))
+    print(table(write(root, args.looks, args.delta, args.readme), root))
     return 0
 
 
