@@ -249,7 +249,7 @@ def forest(entries: list[dict], technique: str, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     rows = [e for e in entries if e["technique"] == technique]
-    fig, ax = plt.subplots(figsize=(8, 0.5 * len(rows) + 1.4))
+    fig, ax = plt.subplots(figsize=(11, 0.45 * len(rows) + 1.6))
     colors = {"agrees": "tab:green", "contradicts": "tab:red", "no_effect": "tab:blue", "unresolved": "tab:gray",
               "no_learning": "lightgray"}
     delta = rows[0]["delta"] if rows else DELTA
@@ -266,8 +266,8 @@ def forest(entries: list[dict], technique: str, path: Path) -> None:
     ax.set_yticks(range(len(rows)), [f"{e['cell']}: {label(e)} ({e['verdict']}, {e['seeds']} seeds)"
                                      for e in reversed(rows)], fontsize=8)
     ax.set_xlim(-0.15, 0.15)
-    ax.set_xlabel("paired difference of end avg@N (a − b), 95% t interval over seeds")
-    ax.set_title(f"{TECHNIQUES[technique][0]}: the paper's side marked 'paper'")
+    ax.set_xlabel("a − b: paired difference of the end avg@N, 95% t interval over seeds")
+    ax.set_title(f"{TECHNIQUES[technique][0]} (the arrow: the side the paper expects)", fontsize=10)
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
