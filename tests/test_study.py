@@ -226,3 +226,42 @@ def test_the_readmes_first_edition_sentence_is_its_records():
     low, high = medium["ci"]
     assert f"{medium['paired_mean']:+.3f} [{low:+.3f}, {high:+.3f}] paired" in readme
     assert re.search(r"no cell learned \(Lite PPO's mean gain over the start -0\.021 to \+0\.028", readme)
+
+
+def test_until_resolved_runs_the_plan_round_by_round_and_stops_when_nothing_is_asked(monkeypatch, tmp_path):
+    """The loop over next_runs with the runs faked: a cell that learns and whose comparisons all part from 0 at
+    once stops at 3 seeds; the start is evaluated once; verdicts.json is written."""
+    tier = tmp_path / "gemma3__hard" / "data"
+    tier.mkdir(parents=True)
+    for split in ("train", "test"):
+        (tier / f"{split}.jsonl").write_text('{"id": "p1", "question": "What is 1 + 1?", "answer": "2"}\n')
+    gain = {"lite_ppo": 0.2, "group_std": 0.1, "batch_mean": 0.1, "seq_agg": 0.1, "off_policy": 0.2,
+            "clip_high_off_policy": 0.1, "grpo": 0.1, "dapo": 0.1}
+    ran, starts = [], []
+
+    def run_variant(variant, seed, flags, out, skip_existing, eval_samples):
+        ran.append((variant, seed))
+        write_run(out, variant, seed, 0.1 + gain[variant] + 0.001 * seed, n=eval_samples)
+
+    def sampled_evals(results, out, n, start=True):
+        starts.append(out.name)
+        write_start(out, 0.1, n=n)
+        return []
+
+    monkeypatch.setattr(ablate, "run_variant", run_variant)
+    monkeypatch.setattr(ablate, "sampled_evals", sampled_evals)
+    args = ablate.Args(cells=["gemma3:hard"], out=str(tmp_path), until_resolved=True, final_samples=4, max_seeds=4)
+    assert ablate.until_resolved(args, []) == 0
+    assert ran[:3] == [("lite_ppo", 1), ("lite_ppo", 2), ("lite_ppo", 3)] and starts == ["gemma3__hard"]
+    # every comparison of the base cell (no overlong: nothing truncates) got seeds 1-3 and no more: each differs
+    # from the other by 0.1 (or 0) on every seed, so every one is resolved at the first look
+    assert sorted(set(ran)) == sorted({(v, s) for v in gain for s in (1, 2, 3)})
+    entries = json.loads((tmp_path / "verdicts.json").read_text())
+    assert {e["verdict"] for e in entries} <= {"agrees", "contradicts", "no_effect"}
+    (clip,) = [e for e in entries if e["technique"] == "clip_higher"]
+    assert clip["verdict"] == "agrees" and clip["paired_mean"] == pytest.approx(-0.1)  # base: off_policy expected
+
+    monkeypatch.setattr(ablate, "next_runs", lambda *a: [("gemma3__hard", "lite_ppo", 9)])
+    ran.clear()
+    assert ablate.until_resolved(ablate.Args(**{**vars(args), "budget_hours": 0.0}), []) == 0
+    assert ran == []  # no budget: nothing started
