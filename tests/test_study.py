@@ -265,3 +265,22 @@ def test_until_resolved_runs_the_plan_round_by_round_and_stops_when_nothing_is_a
     ran.clear()
     assert ablate.until_resolved(ablate.Args(**{**vars(args), "budget_hours": 0.0}), []) == 0
     assert ran == []  # no budget: nothing started
+
+
+@pytest.mark.heavy
+def test_the_screen_samples_k_answers_per_problem_on_the_engine_and_resumes(tiny_model_path, tiny_math_data, tmp_path,
+                                                                           monkeypatch):
+    """tools/screen.py for real, on the tiny model through vLLM (as the study's screens run): k answers per problem
+    under the given settings, counted per problem, appended chunk by chunk; a rerun samples only new problems."""
+    monkeypatch.setattr(screen, "CHUNK", 10)  # 16 problems: two chunks
+    settings = {"model": tiny_model_path, "template": "chat", "temperature": 1.0, "top_p": 1.0, "top_k": 0,
+                "max_new_tokens": 12, "precision": "fp32"}
+    args = screen.Args(model="tiny", pool=[tiny_math_data], k=8, out=str(tmp_path))
+    screen.screen(args, settings, tmp_path)
+    header, rows = screen.read_screen(tmp_path, "tiny")
+    assert len(rows) == 16 and [c["problems"] for c in header["chunks"]] == [10, 6]
+    assert all(0 <= r["correct"] <= 8 for r in rows.values()) and sum(r["correct"] for r in rows.values()) > 0
+    assert header["settings"] == settings and header["k"] == 8 and header["chunks"][0]["machine"]["cpu_family"]
+    lines = (tmp_path / "screen" / "tiny.jsonl").read_text()
+    screen.screen(args, settings, tmp_path)  # nothing new to screen: no engine, no line added
+    assert (tmp_path / "screen" / "tiny.jsonl").read_text() == lines
