@@ -284,3 +284,14 @@ def test_the_screen_samples_k_answers_per_problem_on_the_engine_and_resumes(tiny
     lines = (tmp_path / "screen" / "tiny.jsonl").read_text()
     screen.screen(args, settings, tmp_path)  # nothing new to screen: no engine, no line added
     assert (tmp_path / "screen" / "tiny.jsonl").read_text() == lines
+
+
+def test_a_cell_short_of_its_learning_seeds_is_pending_not_failed(tmp_path):
+    cell = tmp_path / "gemma3__hard"
+    write_start(cell, 0.1)
+    write_run(cell, "lite_ppo", 1, 0.2)
+    entries = verdicts.derive(tmp_path, looks=8, delta=0.03)
+    assert {e["verdict"] for e in entries} == {"unresolved"}
+    assert entries[0]["why"] == "learning test pending (1 of 3 seeds of lite_ppo)" and entries[0]["gain_mean"] == 0.1
+    write_run(cell, "lite_ppo", 2, 0.05)  # a seed below the start: the test has failed, whatever the third says
+    assert {e["verdict"] for e in verdicts.derive(tmp_path, looks=8, delta=0.03)} == {"no_learning"}

@@ -138,7 +138,11 @@ def derive(root: Path, looks: int, delta: float, judge_all: bool = False) -> lis
             if pairs:
                 ends_a, ends_b = [x for _, x, _ in pairs], [x for _, _, x in pairs]
                 entry["sampling_se"] = r4(sampling_se(ends_a + ends_b, n, start["problems"] or 1) * math.sqrt(2))
-            if not learned["learns"] and not judge_all:
+            pending = learned["seeds"] < MIN_SEEDS and not learned.get("why", "").startswith("lowest gain")
+            if not learned["learns"] and not judge_all and pending:  # the learning test has not run to its seeds
+                entry |= {"verdict": "unresolved", "why": f"learning test pending ({learned['seeds']} of {MIN_SEEDS} "
+                                                          "seeds of lite_ppo)"}
+            elif not learned["learns"] and not judge_all:
                 entry |= {"verdict": "no_learning", "why": learned["why"]}
                 if len(pairs) >= 2:  # on record, not judged: a technique's effect on a run that does not learn
                     interval = paired_interval(ends_a, ends_b)
@@ -208,6 +212,8 @@ def short(entry: dict) -> str:
     """A table entry: the verdict, then the paired difference and its interval."""
     if entry["verdict"] == "no_learning":
         return "no learning" + (f" ({entry['paired_mean']:+.3f})" if entry["paired_mean"] is not None else "")
+    if entry.get("why", "").startswith("learning test pending"):
+        return entry["why"]
     if entry["ci"] is None:
         return f"unresolved ({entry['seeds']} seed{'s' * (entry['seeds'] != 1)})"
     low, high = entry["ci"]
@@ -234,7 +240,8 @@ def table(entries: list[dict], folder: Path) -> str:
         lines.append("| " + " | ".join(row) + " |")
     gains = ["Lite PPO's gain over the start (learns?)"] + [
         (f"{learned[c]['gain_mean']:+.3f} [{learned[c]['gain_ci'][0]:+.3f}, {learned[c]['gain_ci'][1]:+.3f}] "
-         f"({'yes' if learned[c]['learns'] else 'no'})") if learned[c]["gain_ci"] else "—" for c in cells]
+         f"({'yes' if learned[c]['learns'] else 'no'})") if learned[c]["gain_ci"] else
+        f"{learned[c]['gain_mean']:+.3f} (one seed)" if learned[c]["gain_mean"] is not None else "—" for c in cells]
     lines.append("| " + " | ".join(gains) + " |")
     return "\n".join(lines + ["", counts(entries) + f". {cost_line(entries, folder)} Detail: [{root}/verdicts.json]"
                               f"({root}/verdicts.json); figures: {root}/forest_*.png."])
