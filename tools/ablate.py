@@ -458,8 +458,7 @@ def next_runs(out: Path, names: list[str], args: Args, failed: set) -> list[tupl
     entries = derive(out, looks=args.max_seeds - args.min_seeds + 1, delta=DELTA)
     todo = []
     for name in names:
-        results = cell_results(out / name)[1] if (out / name / "runs").is_dir() else {}
-        start = load_sampled(out / name / "evals" / "start")
+        start, results = cell_results(out / name) if (out / name / "runs").is_dir() else (None, {})
         lite = results.get("lite_ppo", {})
         if len(lite) < args.min_seeds:
             todo += [(name, "lite_ppo", s) for s in range(1, args.min_seeds + 1) if s not in lite]
