@@ -268,18 +268,38 @@ def test_until_resolved_runs_the_plan_round_by_round_and_stops_when_nothing_is_a
 
 
 @pytest.mark.heavy
-def test_the_screen_samples_k_answers_per_problem_on_the_engine_and_resumes(tiny_model_path, tiny_math_data, tmp_path,
-                                                                           monkeypatch):
+def test_the_screen_samples_k_answers_per_problem_on_the_engine_and_resumes(tiny_model_path, tmp_path, monkeypatch):
     """tools/screen.py for real, on the tiny model through vLLM (as the study's screens run): k answers per problem
-    under the given settings, counted per problem, appended chunk by chunk; a rerun samples only new problems."""
+    under the given settings, counted per problem, appended chunk by chunk; a rerun samples only new problems.
+
+    Greedy settings make the count knowable beforehand: each of the k answers is the model's greedy answer, which
+    HF computes here independently of vLLM (the backends agree greedily: test_generation.py). A problem whose gold
+    is that answer is solved k times of k, one whose gold the model never says 0 times."""
+    from common.data import make_arithmetic, tokenize_prompts
+    from common.generation import HFEngine, SamplingConfig
+    from common.grader import extract_answer
+    from common.model import load_policy
+
     monkeypatch.setattr(screen, "CHUNK", 10)  # 16 problems: two chunks
-    settings = {"model": tiny_model_path, "template": "chat", "temperature": 1.0, "top_p": 1.0, "top_k": 0,
+    settings = {"model": tiny_model_path, "template": "chat", "temperature": 0.0, "top_p": 1.0, "top_k": 0,
                 "max_new_tokens": 12, "precision": "fp32"}
-    args = screen.Args(model="tiny", pool=[tiny_math_data], k=8, out=str(tmp_path))
+    _, lm, tokenizer = load_policy(tiny_model_path)
+    problems = make_arithmetic(16, split="train", seed=0)
+    greedy = HFEngine(lm, tokenizer).generate(tokenize_prompts(tokenizer, [p["question"] for p in problems], "chat"),
+                                              1, SamplingConfig(max_new_tokens=12, temperature=0))
+    said = [extract_answer(c.text) for c in greedy]
+    gold = [a if i % 2 == 0 and a is not None else "123456789" for i, a in enumerate(said)]  # odd ones: never said
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text("".join(json.dumps({"question": p["question"], "answer": g}) + "\n"
+                            for p, g in zip(problems, gold)))
+    assert sum(g != "123456789" for g in gold) >= 4  # the test has problems of both kinds
+
+    args = screen.Args(model="tiny", pool=[str(pool)], k=8, out=str(tmp_path))
     screen.screen(args, settings, tmp_path)
     header, rows = screen.read_screen(tmp_path, "tiny")
     assert len(rows) == 16 and [c["problems"] for c in header["chunks"]] == [10, 6]
-    assert all(0 <= r["correct"] <= 8 for r in rows.values()) and sum(r["correct"] for r in rows.values()) > 0
+    by_question = {r["question"]: r["correct"] for r in rows.values()}
+    assert [by_question[p["question"]] for p in problems] == [8 * (g != "123456789") for g in gold]
     assert header["settings"] == settings and header["k"] == 8 and header["chunks"][0]["machine"]["cpu_family"]
     lines = (tmp_path / "screen" / "tiny.jsonl").read_text()
     screen.screen(args, settings, tmp_path)  # nothing new to screen: no engine, no line added
