@@ -64,7 +64,9 @@ def test_tiers_split_each_band_by_a_hash_of_the_id_and_refuse_a_short_band(tmp_p
     assert not set(test) & set(train) and len(train) == 5
     tier = json.loads((tmp_path / "m__easy" / "tier.json").read_text())
     assert tier["screen_rate_test"] == 5 / 8 and tier["band"] == [0.5, 0.9]
-    assert not (tmp_path / "m__hard").exists()  # 5 problems: fewer than 3 + 4, so no tier is written
+    assert not (tmp_path / "m__hard" / "data").exists()  # 5 problems: fewer than 3 + 4, so no tier is written,
+    short = json.loads((tmp_path / "m__hard" / "tier.json").read_text())  # only the record of its shortfall
+    assert not short["enough"] and (short["train"], short["test"], short["screened"]) == (2, 3, 15)
 
 
 def test_a_screen_under_other_settings_is_refused(tmp_path):
@@ -176,6 +178,19 @@ def test_the_tool_writes_what_check_then_finds_up_to_date(tmp_path):
     assert subprocess.run(tool + ["--check"], cwd=ROOT, capture_output=True).returncode == 0
     write_run(tmp_path / "smollm2__easy", "batch_mean", 1, 0.3)  # a new record: the file is stale
     assert subprocess.run(tool + ["--check"], cwd=ROOT, capture_output=True).returncode == 1
+
+
+def test_a_tier_the_screen_could_not_form_is_named_under_the_table(tmp_path, monkeypatch):
+    monkeypatch.setattr(screen, "HELD_OUT", 3)
+    monkeypatch.setattr(screen, "MIN_TRAIN", 4)
+    write_screen(tmp_path, {f"e{i}": 5 for i in range(8)} | {f"h{i}": 1 for i in range(5)} | {"none": 0})
+    screen.write_tiers(tmp_path, "m")  # easy formed; hard 5 of 7 needed; medium none
+    study(tmp_path)
+    notes = verdicts.unformed(tmp_path)
+    assert notes == ["m:hard (5 problems solved 0.05-0.2 of the time among 14 screened)",
+                     "m:medium (0 problems solved 0.2-0.5 of the time among 14 screened)"]
+    assert verdicts.table(verdicts.derive(tmp_path, looks=1, delta=0.03), tmp_path).endswith(
+        "Not formed (a tier needs 200 held-out + 400 training problems): " + "; ".join(notes) + ".")
 
 
 def test_the_planner_tests_learning_first_then_adds_seeds_only_where_unresolved(tmp_path):

@@ -12,9 +12,11 @@ The screen's result is cached in docs/cells/screen/<model>.jsonl (one line per p
 source, correct of k) beside <model>.json (model, settings, k, seed, machines, seconds); a rerun samples only
 problems not yet screened, in chunks it appends as each ends (a stopped screen loses at most one chunk). Tiers:
 docs/cells/<model>__<tier>/data/{train,test}.jsonl (lite_ppo.py --dataset <that folder>) and tier.json (band,
-counts, the screen's mean rate on each split). The screen's rate of a tier's problems is biased upwards or
-downwards by the very selection (a problem that was lucky in its k samples sits in a higher band): each cell
-measures its start again on fresh samples (tools/ablate.py, the start's avg@N) and reports both.
+counts, the screen's mean rate on each split); a band too short for a tier gets its tier.json alone ("enough":
+false), the record of a cell that could not be formed from the pool screened. The screen's rate of a tier's
+problems is biased upwards or downwards by the very selection (a problem that was lucky in its k samples sits in
+a higher band): each cell measures its start again on fresh samples (tools/ablate.py, the start's avg@N) and
+reports both.
 
 Bands, for groups of G = 8 samples per prompt: a group has a nonzero advantage (some right, some wrong) with
 probability 1 - p^8 - (1 - p)^8, at least 1/3 inside every band (0.34 at p = 0.05, 0.57 at 0.9): every tier
@@ -177,19 +179,20 @@ def write_tiers(out: Path, model: str) -> dict[str, dict]:
         rate = lambda rs: round(sum(r["correct"] for r in rs) / (k * len(rs)), 4) if rs else None  # noqa: E731
         info = {"model": model, "tier": tier, "band": list(BANDS[tier]), "k": k, "train": len(train),
                 "test": len(test), "screen_rate_train": rate(train), "screen_rate_test": rate(test),
-                "enough": len(test) == HELD_OUT and len(train) >= MIN_TRAIN,
+                "enough": len(test) == HELD_OUT and len(train) >= MIN_TRAIN, "screened": len(rows),
                 "sources": sorted({r["source"] for r in members})}
+        folder.mkdir(parents=True, exist_ok=True)  # a short tier's tier.json is its record: the cell not formed
+        (folder / "tier.json").write_text(json.dumps(info, indent=1) + "\n")
         if info["enough"]:
             (folder / "data").mkdir(parents=True, exist_ok=True)
             for split, part in (("train", train), ("test", test)):
                 (folder / "data" / f"{split}.jsonl").write_text(
                     "".join(json.dumps({"id": r["id"], "question": r["question"], "answer": r["answer"]}) + "\n"
                             for r in part))
-            (folder / "tier.json").write_text(json.dumps(info, indent=1) + "\n")
         summary[tier] = info
         print(f"[screen] {model}:{tier} {BANDS[tier]}: {len(train)} train, {len(test)} held-out, screen rate "
               f"{info['screen_rate_test']} held-out" + ("" if info["enough"] else
-                                                        f": too few (need {HELD_OUT} + {MIN_TRAIN}), not written"),
+                                                        f": too few (need {HELD_OUT} + {MIN_TRAIN}): tier.json only"),
               flush=True)
     return summary
 

@@ -31,6 +31,7 @@ from tools.ablate import (COMPARISONS, DELTA, MAX_SEEDS, MIN_SEEDS, MODELS, TECH
                           machine_of, mean_over_steps, run_name)
 from tools.compare import ROOT, load_sampled  # noqa: E402
 from tools.paired import Q, judge, paired_interval, seeds_to_resolve  # noqa: E402
+from tools.screen import HELD_OUT, MIN_TRAIN  # noqa: E402
 
 README_BEGIN, README_END = "<!-- verdicts:begin -->", "<!-- verdicts:end -->"
 
@@ -62,6 +63,18 @@ def cell_folders(root: Path) -> list[Path]:
              and (p / "runs").is_dir()]
     return sorted(found, key=lambda p: (list(MODELS).index(p.name.split("__")[0]), order.get(p.name.split("__")[1], 3),
                                         p.name))
+
+
+def unformed(root: Path) -> list[str]:
+    """The tiers tools/screen.py could not form (too few problems in the band), each in a few words from tier.json."""
+    notes = []
+    for tier_json in sorted(root.glob("*__*/tier.json")):
+        info = json.loads(tier_json.read_text())
+        if not info["enough"]:
+            low, high = info["band"]
+            notes.append(f"{info['model']}:{info['tier']} ({info['train'] + info['test']} problems solved "
+                         f"{low:g}-{high:g} of the time among {info.get('screened', '?')} screened)")
+    return notes
 
 
 def cell_results(folder: Path) -> tuple[dict | None, dict[str, dict[int, dict]]]:
@@ -243,8 +256,11 @@ def table(entries: list[dict], folder: Path) -> str:
          f"({'yes' if learned[c]['learns'] else 'no'})") if learned[c]["gain_ci"] else
         f"{learned[c]['gain_mean']:+.3f} (one seed)" if learned[c]["gain_mean"] is not None else "—" for c in cells]
     lines.append("| " + " | ".join(gains) + " |")
+    not_formed = unformed(folder)
     return "\n".join(lines + ["", counts(entries) + f". {cost_line(entries, folder)} Detail: [{root}/verdicts.json]"
-                              f"({root}/verdicts.json); figures: {root}/forest_*.png."])
+                              f"({root}/verdicts.json); figures: {root}/forest_*.png."]
+                      + ([f"Not formed (a tier needs {HELD_OUT} held-out + {MIN_TRAIN} training problems): "
+                          + "; ".join(not_formed) + "."] if not_formed else []))
 
 
 def forest(entries: list[dict], technique: str, path: Path) -> None:
