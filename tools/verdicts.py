@@ -73,7 +73,7 @@ def unformed(root: Path) -> list[str]:
         if not info["enough"]:
             low, high = info["band"]
             notes.append(f"{info['model']}:{info['tier']} ({info['train'] + info['test']} problems solved "
-                         f"{low:g}-{high:g} of the time among {info.get('screened', '?')} screened)")
+                         f"{low:g}-{high:g} of the time among {info['screened']} screened)")
     return notes
 
 
