@@ -4,6 +4,7 @@ agreeing with what they are derived from."""
 
 import json
 import math
+import shutil
 import statistics
 import subprocess
 import sys
@@ -67,6 +68,20 @@ def test_tiers_split_each_band_by_a_hash_of_the_id_and_refuse_a_short_band(tmp_p
     assert not (tmp_path / "m__hard" / "data").exists()  # 5 problems: fewer than 3 + 4, so no tier is written,
     short = json.loads((tmp_path / "m__hard" / "tier.json").read_text())  # only the record of its shortfall
     assert not short["enough"] and (short["train"], short["test"], short["screened"]) == (2, 3, 15)
+
+
+def test_a_formed_tier_is_frozen_when_the_screen_grows(tmp_path, monkeypatch):
+    monkeypatch.setattr(screen, "HELD_OUT", 3)
+    monkeypatch.setattr(screen, "MIN_TRAIN", 4)
+    write_screen(tmp_path, {f"e{i}": 5 for i in range(8)} | {f"h{i}": 1 for i in range(5)})
+    screen.write_tiers(tmp_path, "m")
+    easy = {f: (tmp_path / "m__easy" / f).read_text() for f in ("tier.json", "data/train.jsonl", "data/test.jsonl")}
+    # the screen grows: new easy problems (some would rank into the held-out by their hash) and enough hard ones
+    shutil.rmtree(tmp_path / "screen")
+    write_screen(tmp_path, {f"e{i}": 5 for i in range(30)} | {f"h{i}": 1 for i in range(9)})
+    summary = screen.write_tiers(tmp_path, "m")
+    assert {f: (tmp_path / "m__easy" / f).read_text() for f in easy} == easy and summary["easy"]["train"] == 5
+    assert summary["hard"]["enough"] and summary["hard"]["screened"] == 39  # a short tier still forms when it can
 
 
 def test_a_screen_under_other_settings_is_refused(tmp_path):

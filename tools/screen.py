@@ -13,7 +13,8 @@ source, correct of k) beside <model>.json (model, settings, k, seed, machines, s
 problems not yet screened, in chunks it appends as each ends (a stopped screen loses at most one chunk). Tiers:
 docs/cells/<model>__<tier>/data/{train,test}.jsonl (lite_ppo.py --dataset <that folder>) and tier.json (band,
 counts, the screen's mean rate on each split); a band too short for a tier gets its tier.json alone ("enough":
-false), the record of a cell that could not be formed from the pool screened. The screen's rate of a tier's
+false), the record of a cell that could not be formed from the pool screened. A formed tier is frozen: a wider
+screen later (for another tier) leaves its data and tier.json as they are, so its runs stay on the problems they used. The screen's rate of a tier's
 problems is biased upwards or downwards by the very selection (a problem that was lucky in its k samples sits in
 a higher band): each cell measures its start again on fresh samples (tools/ablate.py, the start's avg@N) and
 reports both.
@@ -176,6 +177,14 @@ def write_tiers(out: Path, model: str) -> dict[str, dict]:
                          key=lambda r: held_out_rank(r["id"]))
         test, train = members[:HELD_OUT], members[HELD_OUT:]
         folder = out / f"{model}__{tier}"
+        if (folder / "tier.json").exists() and (formed := json.loads((folder / "tier.json").read_text()))["enough"]:
+            kept = {json.loads(line)["id"] for split in ("train", "test")
+                    for line in (folder / "data" / f"{split}.jsonl").read_text().splitlines()}
+            summary[tier] = formed  # a formed tier is frozen: its runs were trained and judged on these problems
+            print(f"[screen] {model}:{tier}: formed earlier, kept as it is ({formed['train']} train, {formed['test']} "
+                  f"held-out); {sum(r['id'] not in kept for r in members)} problems screened since into its band "
+                  "are left out", flush=True)
+            continue
         rate = lambda rs: round(sum(r["correct"] for r in rs) / (k * len(rs)), 4) if rs else None  # noqa: E731
         info = {"model": model, "tier": tier, "band": list(BANDS[tier]), "k": k, "train": len(train),
                 "test": len(test), "screen_rate_train": rate(train), "screen_rate_test": rate(test),
