@@ -15,9 +15,9 @@ docs/cells/<model>__<tier>/data/{train,test}.jsonl (lite_ppo.py --dataset <that 
 counts, the screen's mean rate on each split); a band too short for a tier gets its tier.json alone ("enough":
 false), the record of a cell that could not be formed from the pool screened. A formed tier is frozen: a wider
 screen later (for another tier) leaves its data and tier.json as they are, so its runs stay on the problems they
-used. The screen's rate of a tier's problems is biased upwards or downwards by the very selection (a problem that was lucky in its k samples sits in
-a higher band): each cell measures its start again on fresh samples (tools/ablate.py, the start's avg@N) and
-reports both.
+used. The screen's rate of a tier's problems is biased upwards or downwards by the very selection (a problem
+that was lucky in its k samples sits in a higher band): each cell measures its start again on fresh samples
+(tools/ablate.py, the start's avg@N) and reports both.
 
 Bands, for groups of G = 8 samples per prompt: a group has a nonzero advantage (some right, some wrong) with
 probability 1 - p^8 - (1 - p)^8, at least 1/3 inside every band (0.34 at p = 0.05, 0.57 at 0.9): every tier
