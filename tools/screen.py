@@ -175,16 +175,14 @@ def write_tiers(out: Path, model: str) -> dict[str, dict]:
     for tier in BANDS:
         members = sorted((r for r in rows.values() if band_of(r["correct"], k) == tier),
                          key=lambda r: held_out_rank(r["id"]))
-        test, train = members[:HELD_OUT], members[HELD_OUT:]
         folder = out / f"{model}__{tier}"
         if (folder / "tier.json").exists() and (formed := json.loads((folder / "tier.json").read_text()))["enough"]:
-            kept = {json.loads(line)["id"] for split in ("train", "test")
-                    for line in (folder / "data" / f"{split}.jsonl").read_text().splitlines()}
             summary[tier] = formed  # a formed tier is frozen: its runs were trained and judged on these problems
             print(f"[screen] {model}:{tier}: formed earlier, kept as it is ({formed['train']} train, {formed['test']} "
-                  f"held-out); {sum(r['id'] not in kept for r in members)} problems screened since into its band "
-                  "are left out", flush=True)
+                  f"held-out); {len(members) - formed['train'] - formed['test']} problems screened since into its "
+                  "band are left out", flush=True)  # the cache only grows, and a problem's count never changes
             continue
+        test, train = members[:HELD_OUT], members[HELD_OUT:]
         rate = lambda rs: round(sum(r["correct"] for r in rs) / (k * len(rs)), 4) if rs else None  # noqa: E731
         info = {"model": model, "tier": tier, "band": list(BANDS[tier]), "k": k, "train": len(train),
                 "test": len(test), "screen_rate_train": rate(train), "screen_rate_test": rate(test),
