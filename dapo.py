@@ -158,8 +158,9 @@ def policy_loss(logprobs, old_logprobs, advantages, mask, args: Args, num_tokens
     sampler_weights: importance weights [B, T] or [B, 1] on the surrogate (common/mismatch.py); None: 1.
     """
     mask = mask.float()
-    # at least 1: overlong filtering can mask every token of a batch (then the loss is 0, not NaN)
-    num_tokens = max(float(mask.sum() if num_tokens is None else num_tokens), 1.0)
+    # [DAPO 3.3] token level: every token weighs 1 / the batch's token count
+    # (at least 1: --overlong-filter can mask every token of a batch, then the loss is 0, not NaN)
+    weights = mask / max(float(mask.sum() if num_tokens is None else num_tokens), 1.0)
     log_ratio = logprobs - old_logprobs
     ratio = torch.exp(log_ratio)  # [B, T]
     adv = advantages[:, None]  # [B, 1]: the sample's advantage for each of its tokens
@@ -169,12 +170,11 @@ def policy_loss(logprobs, old_logprobs, advantages, mask, args: Args, num_tokens
     per_token = torch.max(pg_unclipped, pg_clipped)  # [B, T]
     if sampler_weights is not None:  # [Yao et al. 2025] the sampler-trainer mismatch (common/mismatch.py)
         per_token = per_token * sampler_weights  # [B, T] or [B, 1], detached
-    # [DAPO 3.3] token-level policy gradient loss: sum over the batch's tokens / their number
-    loss = (per_token * mask).sum() / num_tokens
+    loss = (per_token * weights).sum()
     with torch.no_grad():
         stats = {
             "losses/policy_loss": loss.item(),
-            "losses/clipfrac": ((pg_clipped > pg_unclipped).float() * mask).sum().item() / num_tokens,
+            "losses/clipfrac": ((pg_clipped > pg_unclipped).float() * weights).sum().item(),
         }
     return loss, stats
 

@@ -169,7 +169,8 @@ def policy_loss(logprobs, old_logprobs, advantages, mask, args: Args, num_tokens
     """
     mask = mask.float()
     if args.loss_agg == "token":  # [Lite PPO, Sec. 4.2] token level: every token weighs 1 / the batch's token count
-        weights = mask / (mask.sum() if num_tokens is None else num_tokens)
+        # (at least 1: --overlong-filter can mask every token of a batch, then the loss is 0, not NaN)
+        weights = mask / max(float(mask.sum() if num_tokens is None else num_tokens), 1.0)
     else:  # [Lite PPO, Sec. 4.2] sequence level (GRPO's): 1 / (the token's sequence length x the number of sequences)
         weights = mask / (mask.sum(dim=1, keepdim=True).clamp(min=1) * (mask.shape[0] if num_seqs is None else num_seqs))
     log_ratio = logprobs - old_logprobs

@@ -197,7 +197,8 @@ def policy_loss(logprobs, old_logprobs, advantages, mask, args: Args, num_tokens
     sampler_weights: importance weights [B, T] or [B, 1] on the surrogate (common/mismatch.py); None: 1.
     """
     mask = mask.float()
-    num_tokens = mask.sum() if num_tokens is None else num_tokens
+    # [Lite PPO, Sec. 4.2] token level: every token weighs 1 / the batch's token count (at least 1: no NaN)
+    weights = mask / max(float(mask.sum() if num_tokens is None else num_tokens), 1.0)
     log_ratio = logprobs - old_logprobs
     ratio = torch.exp(log_ratio)  # [B, T]
     adv = advantages  # [B, T]: [PPO] per-token advantages (GAE)
@@ -206,12 +207,11 @@ def policy_loss(logprobs, old_logprobs, advantages, mask, args: Args, num_tokens
     per_token = torch.max(pg_unclipped, pg_clipped)  # [B, T]
     if sampler_weights is not None:  # [Yao et al. 2025] the sampler-trainer mismatch (common/mismatch.py)
         per_token = per_token * sampler_weights  # [B, T] or [B, 1], detached
-    # [Lite PPO, Sec. 4.2] token-level aggregation: sum over the batch's tokens / their number
-    loss = (per_token * mask).sum() / num_tokens
+    loss = (per_token * weights).sum()
     with torch.no_grad():
         stats = {
             "losses/policy_loss": loss.item(),
-            "losses/clipfrac": ((pg_clipped > pg_unclipped).float() * mask).sum().item() / float(num_tokens),
+            "losses/clipfrac": ((pg_clipped > pg_unclipped).float() * weights).sum().item(),
         }
     return loss, stats
 
@@ -257,7 +257,7 @@ def main(args: Args) -> None:
     critic, critic_optimizer = accelerator.prepare(critic, critic_optimizer)
     accelerator.register_for_checkpointing(critic_scheduler)
     # [PPO, N-impl. details] the frozen reference policy of the KL penalty, only when there is one
-    ref_model = LogprobModel(load_policy(args.model)[1]).requires_grad_(False).to(accelerator.device) if args.kl_coef > 0 else None
+    ref_model = LogprobModel(load_policy(args.model)[1]).eval().requires_grad_(False).to(accelerator.device) if args.kl_coef > 0 else None
     run_dir = make_run_dir(accelerator, Path(__file__).stem, args)
     start_step = 0
     if args.resume and (ckpt := latest_checkpoint(run_dir)) is not None:

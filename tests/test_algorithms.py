@@ -123,6 +123,15 @@ def test_lite_ppo_token_level_aggregation_by_hand():
     assert loss.item() == pytest.approx(-1.0)
 
 
+def test_lite_ppo_token_level_loss_of_a_fully_filtered_batch_is_0_not_nan():
+    # --overlong-filter can mask every response token of a batch: the loss, its stats and its gradient are 0, not NaN
+    logprobs, old, adv, mask = random_batch(seed=2)
+    logprobs.requires_grad_(True)
+    loss, stats = lite_ppo.policy_loss(logprobs, old, adv, mask * 0, lite_ppo.Args(overlong_filter=True))
+    loss.backward()
+    assert loss.item() == 0 and stats["losses/clipfrac"] == 0 and not logprobs.grad.isnan().any()
+
+
 # ---------------------------------------------------------------------------------------------------- DAPO
 
 
